@@ -1,0 +1,1 @@
+"""Student helpers for Attention, step by step."""

@@ -1,0 +1,47 @@
+"""Visible self-checks: small assertions whose messages a student can act on.
+
+These compare against the numbers printed in the lessons; the hidden tests go
+further (random, batched inputs on every device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def expect_shape(t: object, shape: Sequence[int], what: str) -> None:
+    """Assert that ``t`` is a tensor of the given shape; say which shape it had."""
+    assert isinstance(t, torch.Tensor), f"{what} should be a torch.Tensor, but it is {type(t).__name__}."
+    assert tuple(t.shape) == tuple(shape), f"{what} has shape {tuple(t.shape)}, expected {tuple(shape)}." + (
+        " Its last two dimensions are swapped: is something transposed?"
+        if t.dim() >= 2 and tuple(t.shape[:-2]) + (t.shape[-1], t.shape[-2]) == tuple(shape)
+        else ""
+    )
+
+
+def expect_values(t: object, expected: Sequence, what: str, decimals: int = 2) -> None:
+    """Assert that ``t`` rounds to ``expected`` at ``decimals`` places; show the first difference."""
+    want = torch.tensor(expected, dtype=torch.float64)
+    expect_shape(t, want.shape, what)
+    got = t.detach().to("cpu", torch.float64)
+    assert not torch.isnan(got).any(), f"{what} contains NaN:\n{got}"
+    tol = 0.5 * 10 ** (-decimals) + 1e-9
+    bad = (got - want).abs() > tol
+    if bad.any():
+        index = tuple(int(i) for i in bad.nonzero()[0].tolist())
+        raise AssertionError(
+            f"{what} is not what the lesson computes by hand. First difference at {list(index)}: "
+            f"expected {want[index].item():.{decimals}f}, got {got[index].item():.{decimals}f}.\n"
+            f"Expected (to {decimals} places):\n{want.numpy().round(decimals)}\nGot:\n{got.numpy().round(decimals)}"
+        )
+
+
+def is_implemented(fn, *args, **kwargs) -> bool:
+    """True unless calling fn still raises NotImplementedError (the exercise is a stub)."""
+    try:
+        fn(*args, **kwargs)
+    except NotImplementedError:
+        return False
+    return True

@@ -1,0 +1,21 @@
+"""Hidden reference, checks and instructor tooling. Never shipped to students.
+
+Hidden tests call ``grader.check("project", project)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def check(name: str, student_fn: Any) -> None:
+    """Grade one exercise: raise AssertionError with a diagnosis unless it is right."""
+    from grader.exercises import EXERCISES
+    from grader.harness import check_exercise
+
+    if name not in EXERCISES:
+        raise KeyError(f"no exercise called {name!r}; known: {sorted(EXERCISES)}")
+    check_exercise(EXERCISES[name], student_fn)
+
+
+__all__ = ["check"]

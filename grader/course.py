@@ -1,0 +1,105 @@
+"""Drive nbgrader on this course from Python: config loading and notebook builds.
+
+The course root is the folder holding ``nbgrader_config.py``. Everything a run
+writes goes to the git-ignored work folder (``_grading/`` unless
+``ATTENTION_COURSE_WORK`` says otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lessons(root: Path = ROOT) -> list[str]:
+    """Lesson ids (``01_projection``, ...) found in solutions/, in order."""
+    return sorted(p.parent.name for p in (root / "solutions").glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def ensure_tools_on_path() -> None:
+    """nbgrader shells out to ``alembic``: put this interpreter's bin/ first on PATH."""
+    bin_dir = str(Path(sys.executable).parent)
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    if parts[:1] != [bin_dir]:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *parts])
+
+
+def api(root: Path = ROOT, **overrides):
+    """An ``NbGraderAPI`` configured from the course's nbgrader_config.py.
+
+    ``overrides`` are extra ``CourseDirectory`` settings, e.g. ``release_directory``.
+    """
+    ensure_tools_on_path()
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = Config(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
+    for key, value in overrides.items():
+        config.CourseDirectory[key] = value
+    return NbGraderAPI(config=config)
+
+
+def build_notebooks(
+    root: Path = ROOT, release_dir: Path | None = None, only: list[str] | None = None
+) -> list[Path]:
+    """Regenerate the student notebooks from solutions/ with nbgrader.
+
+    Writes to notebooks/ (or ``release_dir``) and records the lessons' test cells
+    in the gradebook, which autograding later restores them from.
+    """
+    overrides = {}
+    if release_dir is not None:
+        overrides["release_directory"] = str(Path(release_dir).resolve())
+    nbapi = api(root, **overrides)
+    written = []
+    for lesson in only or lessons(root):
+        result = nbapi.generate_assignment(lesson, force=True)
+        if not result["success"]:
+            raise RuntimeError(
+                f"nbgrader could not generate {lesson}:\n{result['log']}\n{result.get('error', '')}"
+            )
+        out_root = Path(release_dir) if release_dir is not None else root / "notebooks"
+        written.append(out_root / lesson / f"{lesson}.ipynb")
+    return written
+
+
+def work_dir() -> Path:
+    """The folder a grading run writes to (submissions, autograded copies, gradebook)."""
+    return Path(os.environ.get("ATTENTION_COURSE_WORK", ROOT / "_grading"))
+
+
+def submission_path(lesson: str, student: str, root: Path = ROOT) -> Path:
+    """Where nbgrader expects a student's submitted notebook for a lesson."""
+    return work_dir() / "submitted" / student / lesson / f"{lesson}.ipynb"
+
+
+def autograded_path(lesson: str, student: str) -> Path:
+    return work_dir() / "autograded" / student / lesson / f"{lesson}.ipynb"
+
+
+def autograde(lesson: str, student: str, root: Path = ROOT) -> dict:
+    """Autograde one submission with nbgrader; return its scores from the gradebook.
+
+    Returns ``{"score": float, "max_score": float, "grades": {grade_id: (score, max)}}``.
+    """
+    result = api(root).autograde(lesson, student, force=True, create=True)
+    if not result["success"]:
+        raise RuntimeError(
+            f"autograde of {student}/{lesson} failed:\n{result['log']}\n{result.get('error', '')}"
+        )
+    return scores(lesson, student, root)
+
+
+def scores(lesson: str, student: str, root: Path = ROOT) -> dict:
+    """A submission's total and per-test scores, read from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    nbapi = api(root)
+    with Gradebook(nbapi.coursedir.db_url, nbapi.coursedir.course_id) as gb:
+        sub = gb.find_submission_notebook(lesson, lesson, student)
+        grades = {g.name: (g.score, g.max_score) for g in sub.grades if g.cell.max_score}
+        return {"score": sub.score, "max_score": sub.max_score, "grades": grades}

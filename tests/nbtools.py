@@ -1,0 +1,60 @@
+"""Small helpers the tests share: fill a student notebook, submit it, read outputs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def solution_sources(lesson: str) -> dict[str, str]:
+    """Solution cell sources of a lesson (markers removed), keyed by grade id."""
+    nb = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            out[meta["grade_id"]] = re.sub(r"^\s*### (BEGIN|END) SOLUTION\n", "", cell.source, flags=re.M)
+    return out
+
+
+def filled(student_nb: Path, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """The student notebook with some solution cells replaced by ``answers``."""
+    nb = nbformat.read(student_nb, as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return nb
+
+
+def submit(nb: nbformat.NotebookNode | Path, lesson: str, student: str) -> Path:
+    """Place a notebook where nbgrader looks for a student's submission."""
+    from grader import course
+
+    dest = course.submission_path(lesson, student)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb, Path):
+        shutil.copy(nb, dest)
+    else:
+        nbformat.write(nb, dest)
+    return dest
+
+
+def cell_error(nb_path: Path, grade_id: str) -> str:
+    """The error text a test cell produced in an executed notebook ('' if none)."""
+    nb = nbformat.read(nb_path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            texts = []
+            for out in cell.get("outputs", []):
+                if out.output_type == "error":
+                    texts.append(f"{out.ename}: {out.evalue}")
+                elif out.output_type == "stream" and out.name == "stderr":
+                    texts.append(out.text)
+            return "\n".join(texts)
+    raise KeyError(grade_id)

@@ -1,0 +1,122 @@
+"""The check harness: right answers pass, every known mistake is named, nothing hits stderr."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import grader
+from grader import reference as ref
+from grader.exercises import EXERCISES
+
+TRAPS = [(name, trap) for name, ex in EXERCISES.items() for trap in ex.traps]
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_reference_passes_its_own_check(name, capfd):
+    grader.check(name, ref.GRADED[name])
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+@pytest.mark.parametrize("name, trap", TRAPS, ids=[f"{n}:{t.name}" for n, t in TRAPS])
+def test_every_trap_fails_with_its_own_diagnosis(name, trap, capfd):
+    with pytest.raises(AssertionError) as info:
+        grader.check(name, trap.fn)
+    message = str(info.value)
+    assert f"Diagnosis: {trap.name}." in message, message
+    assert trap.hint in message
+    assert "Case:" in message and "What differs:" in message
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", "the harness must never write to stdout/stderr"
+
+
+ALTERNATIVES = {
+    "project": [
+        lambda X, W_q, W_k, W_v: tuple(torch.einsum("...td,de->...te", X, W) for W in (W_q, W_k, W_v)),
+        lambda X, W_q, W_k, W_v: tuple(torch.matmul(X, W) for W in (W_q, W_k, W_v)),
+    ],
+    "scores": [
+        lambda Q, K: torch.einsum("...qd,...kd->...qk", Q, K),
+        lambda Q, K: Q @ K.mT,
+        lambda Q, K: torch.matmul(Q, K.swapaxes(-1, -2)),
+    ],
+    "scaled_scores": [
+        lambda Q, K: (Q / math.sqrt(Q.shape[-1])) @ K.mT,
+        lambda Q, K: Q @ K.mT * Q.size(-1) ** -0.5,
+    ],
+    "apply_mask": [
+        lambda S, allowed: torch.where(allowed, S, float("-inf")),
+        lambda S, allowed: S.masked_fill(allowed.logical_not(), -math.inf),
+    ],
+    "softmax": [
+        lambda Z, dim=-1: torch.nan_to_num(torch.softmax(Z, dim), nan=0.0),
+    ],
+    "mix": [lambda A, V: torch.einsum("...qk,...kd->...qd", A, V)],
+    "attention": [
+        # any masking value that gives the same weights is right
+        lambda Q, K, V, mask=None: (lambda A: (A @ V, A))(
+            torch.softmax(
+                (Q @ K.mT / math.sqrt(Q.shape[-1])).masked_fill(~mask, -1e9)
+                if mask is not None
+                else Q @ K.mT / math.sqrt(Q.shape[-1]),
+                dim=-1,
+            )
+        ),
+    ],
+    "causal_mask": [
+        lambda T, device=None: (
+            torch.arange(T, device=device)[:, None] >= torch.arange(T, device=device)[None, :]
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("name, fn", [(n, f) for n, fs in ALTERNATIVES.items() for f in fs])
+def test_correct_but_different_implementations_pass(name, fn):
+    grader.check(name, fn)
+
+
+def test_stub_gets_a_clear_not_implemented_message():
+    def project(X, W_q, W_k, W_v):
+        raise NotImplementedError()
+
+    with pytest.raises(AssertionError, match="project is not implemented yet"):
+        grader.check("project", project)
+
+
+def test_float64_result_is_named():
+    with pytest.raises(AssertionError, match="has dtype float64, expected float32"):
+        grader.check("mix", lambda A, V: A.double() @ V.double())
+
+
+def test_in_place_change_of_an_input_is_reported():
+    def apply_mask(S, allowed):
+        return S.masked_fill_(~allowed, float("-inf"))
+
+    with pytest.raises(AssertionError, match="changed its input number 1 in place"):
+        grader.check("apply_mask", apply_mask)
+
+
+def test_shape_message_names_both_shapes():
+    with pytest.raises(AssertionError, match=r"has shape \(7, 5\), expected \(5, 7\)") as info:
+        grader.check("scores", lambda Q, K: K @ Q.T)
+    assert "last two dimensions are swapped" in str(info.value)
+
+
+def test_warnings_from_student_code_do_not_reach_stderr(capfd):
+    import warnings
+
+    def scores(Q, K):
+        warnings.warn("noisy student code", UserWarning, stacklevel=1)
+        return Q @ K.mT
+
+    grader.check("scores", scores)
+    assert capfd.readouterr().err == ""
+
+
+def test_unknown_exercise():
+    with pytest.raises(KeyError):
+        grader.check("nope", print)
