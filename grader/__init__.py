@@ -10,12 +10,13 @@ from typing import Any
 
 def check(name: str, student_fn: Any) -> None:
     """Grade one exercise: raise AssertionError with a diagnosis unless it is right."""
-    from grader.exercises import EXERCISES
     from grader.harness import check_exercise
+    from grader.registry import exercises
 
-    if name not in EXERCISES:
-        raise KeyError(f"no exercise called {name!r}; known: {sorted(EXERCISES)}")
-    check_exercise(EXERCISES[name], student_fn)
+    known = exercises()
+    if name not in known:
+        raise KeyError(f"no exercise called {name!r}; known: {sorted(known)}")
+    check_exercise(known[name], student_fn)
 
 
 __all__ = ["check"]

@@ -58,3 +58,43 @@ def cell_error(nb_path: Path, grade_id: str) -> str:
                     texts.append(out.text)
             return "\n".join(texts)
     raise KeyError(grade_id)
+
+
+def execute(path: Path, timeout: int = 120) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom in a real kernel, with its own folder as cwd."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    return nb
+
+
+def run_and_read(path: Path, expressions: dict[str, str], timeout: int = 120) -> dict:
+    """Run a notebook in a real kernel, then evaluate expressions in that same kernel.
+
+    Returns ``{name: value}`` where each expression's value is converted with
+    ``.tolist()`` if it has one (tensors, arrays), so tests can compare the numbers a
+    lesson really computed with the numbers of the course brief.
+    """
+    import json
+
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    probe = (
+        "import json as _json\n"
+        "def _plain(v):\n"
+        "    v = v.tolist() if hasattr(v, 'tolist') else v\n"
+        "    return v\n"
+        f"print('@@VALUES@@' + _json.dumps({{k: _plain(eval(e)) for k, e in {expressions!r}.items()}}))"
+    )
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    for out in nb.cells[-1].outputs:
+        if out.output_type == "stream" and "@@VALUES@@" in out.text:
+            return json.loads(out.text.split("@@VALUES@@", 1)[1])
+    raise AssertionError(f"could not read values from {path.name}: {nb.cells[-1].outputs}")

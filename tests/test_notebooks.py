@@ -7,21 +7,11 @@ import re
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from grader import course
-from tests.nbtools import ROOT
+from tests.nbtools import ROOT, execute
 
 LESSONS = course.lessons()
-
-
-def execute(path):
-    """Run a notebook top to bottom in a real kernel, with the notebook's folder as cwd."""
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
-    return nb
 
 
 @pytest.mark.slow
