@@ -66,3 +66,17 @@ def test_wrong_project_loses_hidden_points_and_says_what_differs(built_course):
     assert "Diagnosis: Q was computed with W_k" in message, message
     visible = cell_error(course.autograded_path(lesson, "wk_for_q"), "test01_project_values")
     assert "First difference at [0, 0]: expected 1.00, got 0.00" in visible, visible
+
+
+def test_bad_result_gets_zero_and_a_message_without_stopping_grading(built_course):
+    """A project returning None scores 0 on each check it fails, with a readable message; grading completes."""
+    lesson = "01_projection"
+    bad = "def project(X, W_q, W_k, W_v):\n    return None\n"
+    submit(filled(built_course / lesson / f"{lesson}.ipynb", {"ex01_project": bad}), lesson, "returns_none")
+    result = course.autograde(lesson, "returns_none")
+    assert result["score"] == 0, result["grades"]
+    message = cell_error(course.autograded_path(lesson, "returns_none"), "test01_project_shapes")
+    assert "project should return a tuple (Q, K, V)" in message, message
+    # a second student graded after it still gets full marks
+    submit(filled(built_course / lesson / f"{lesson}.ipynb", solution_sources(lesson)), lesson, "after_bad")
+    assert course.autograde(lesson, "after_bad")["score"] == 7

@@ -121,3 +121,40 @@ def test_warnings_from_student_code_do_not_reach_stderr(capfd):
 def test_unknown_exercise():
     with pytest.raises(KeyError):
         grader.check("nope", print)
+
+
+@pytest.mark.parametrize(
+    "student, expected",
+    [
+        (lambda X, W_q, W_k, W_v: None, "project should return 3 things (Q, K, V), but it returned None"),
+        (
+            lambda X, W_q, W_k, W_v: tuple((X @ W).numpy() for W in (W_q, W_k, W_v)),
+            "Q should be a torch.Tensor, but it is ndarray",
+        ),
+        (
+            lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k),
+            "project should return 3 things (Q, K, V), but it returned 2 things",
+        ),
+        (
+            lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, (X @ W_v)[..., :2]),
+            "V has shape (5, 2), expected (5, 4)",
+        ),
+        (
+            lambda X, W_q, W_k, W_v: (_ for _ in ()).throw(ValueError("bad idea")),
+            "it raised ValueError: bad idea",
+        ),
+        (lambda X, W_q, W_k, W_v: (X.T @ W_q, X @ W_k, X @ W_v), "it raised RuntimeError"),
+    ],
+    ids=["None", "numpy", "two-things", "wrong-shape", "raises", "shape-error"],
+)
+def test_bad_results_give_a_clear_message(student, expected, capfd):
+    with pytest.raises(AssertionError) as info:
+        grader.check("project", student)
+    assert expected in str(info.value)
+    assert "Inputs: X (5, 9) float32 on cpu" in str(info.value), "the message names the input shapes"
+    assert capfd.readouterr().err == ""
+
+
+def test_mix_returning_numpy_names_the_type():
+    with pytest.raises(AssertionError, match="The result of mix should be a torch.Tensor, but it is ndarray"):
+        grader.check("mix", lambda A, V: (A @ V).numpy())

@@ -1,0 +1,61 @@
+"""Time every solution notebook top to bottom in a real kernel (kernel start included).
+
+    python benchmarks/notebooks.py [--repeat 3] [lesson ...]
+
+Each round runs a baseline notebook (kernel start + the lessons' setup imports,
+the floor no lesson can beat) and then every lesson, interleaved, so that a busy
+machine slows both alike. Prints the median seconds per lesson, the median of
+the baseline, and their ratio. Target: 5 s or less per lesson.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BASELINE = nbformat.v4.new_notebook(
+    cells=[nbformat.v4.new_code_cell("import torch\nfrom attention_course import data\ndata.love_cats()")]
+)
+
+
+def run(nb: nbformat.NotebookNode, cwd: Path) -> float:
+    start = time.perf_counter()
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    ).execute()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    from grader.course import lessons
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lessons", nargs="*", help="lesson ids (default: all)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    chosen = args.lessons or lessons()
+    times: dict[str, list[float]] = {"(baseline)": []}
+    for _ in range(args.repeat):
+        times["(baseline)"].append(run(nbformat.from_dict(BASELINE), ROOT))
+        for lesson in chosen:
+            path = ROOT / "solutions" / lesson / f"{lesson}.ipynb"
+            times.setdefault(lesson, []).append(run(nbformat.read(path, as_version=4), path.parent))
+    base = statistics.median(times["(baseline)"])
+    print(f"{'notebook':<20} {'median s':>9} {'x baseline':>11} {'<= 5 s':>7}   (runs: {args.repeat})")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:<20} {med:>9.2f} {med / base:>11.2f} {'yes' if med <= 5 else 'NO':>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
