@@ -89,6 +89,9 @@ def save(lesson: str, cells) -> Path:
     }
     out = ROOT / "solutions" / lesson / f"{lesson}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
+    from grader import platforms  # badges and the Colab setup cell, from the one repository setting
+
+    platforms.apply_to_notebook(nb, lesson, platforms.settings())
     nbformat.validate(nb)
     nbformat.write(nb, out)
     return out

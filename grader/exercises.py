@@ -110,6 +110,11 @@ SCORES = Exercise(
             lambda Q, K: Q.transpose(-2, -1) @ K,
         ),
         Trap(
+            "K was not transposed",
+            "S = Q @ K.transpose(-2, -1): each query row meets each key row.",
+            lambda Q, K: Q @ K,
+        ),
+        Trap(
             ".T on a batched tensor",
             "On more than 2 dimensions .T reverses all of them; use K.transpose(-2, -1) or K.mT.",
             lambda Q, K: Q @ K.T,
@@ -191,6 +196,11 @@ def _compare_spread(expected, got, label: str) -> str | None:
     return None
 
 
+def _spread_unsummed(d_k: int, n: int, generator: torch.Generator) -> tuple[float, float]:
+    p = torch.randn(n, d_k, generator=generator) * torch.randn(n, d_k, generator=generator)
+    return p.std().item(), (p / math.sqrt(d_k)).std().item()
+
+
 def _spread_scaled_by(divisor) -> callable:
     def trap(d_k: int, n: int, generator: torch.Generator) -> tuple[float, float]:
         raw, _ = ref.score_spread(d_k, n, generator)
@@ -215,6 +225,11 @@ SCORE_SPREAD = Exercise(
             "the scaled std is not scaled",
             "scaled_std is the std of (q . k) / sqrt(d_k).",
             _spread_scaled_by(lambda d: 1.0),
+        ),
+        Trap(
+            "the products q * k were not summed into dot products",
+            "Sum over the last dimension: (q * k).sum(dim=-1) gives the n dot products.",
+            _spread_unsummed,
         ),
         Trap(
             "uniform draws (torch.rand) instead of unit-variance normal draws",
@@ -596,13 +611,13 @@ def _attention_cases(device: torch.device) -> list[Case]:
     ]
 
 
-def _attention_via(S_fn, *, dim=-1, mask_fill=NEG_INF, invert=False, out="OA"):
+def _attention_via(S_fn, *, dim=-1, mask_fill=NEG_INF, invert=False, out="OA", soft=ref.softmax):
     def attention(Q, K, V, mask=None):
         S = S_fn(Q, K)
         if mask is not None:
             S = S.masked_fill(mask if invert else ~mask, mask_fill)
-        A = ref.softmax(S, dim=dim)
-        O = A @ V if A.shape[-1] == V.shape[-2] else A
+        A = soft(S, dim=dim)
+        O = A @ V  # K Q^T with T_q != T_k fails here, exactly as a student's version does
         return {"OA": (O, A), "AO": (A, O), "AA": (A, A)}[out]
 
     return attention
@@ -636,6 +651,16 @@ ATTENTION = Exercise(
             _attention_via(ref.scaled_scores, invert=True),
         ),
         Trap(
+            "the mask polarity is inverted",
+            "True means 'may look': fill -inf where the mask is False.",
+            _attention_via(ref.scaled_scores, invert=True, soft=torch.softmax),  # rows with no key: NaN
+        ),
+        Trap(
+            "the mask polarity is inverted",
+            "True means 'may look': fill -inf where the mask is False.",
+            _attention_via(ref.scaled_scores, invert=True, mask_fill=-1e9, soft=torch.softmax),
+        ),
+        Trap(
             "the result is returned as (A, O)",
             "attention returns (O, A): the output first, then the weights.",
             _attention_via(ref.scaled_scores, out="AO"),
@@ -666,14 +691,14 @@ def _self_cases(device: torch.device) -> list[Case]:
     ]
 
 
-def _self_variant(*, scale=None, causal_flip=False, invert=False):
+def _self_variant(*, scale=None, causal_flip=False, invert=False, soft=ref.softmax):
     def self_attention(X, W_q, W_k, W_v, causal=True):
         Q, K, V = X @ W_q, X @ W_k, X @ W_v
         S = ref.scores(Q, K) / (scale(X, Q) if scale else math.sqrt(Q.shape[-1]))
         if causal != causal_flip:
             allowed = ref.causal_mask(X.shape[-2], X.device)
             S = S.masked_fill(allowed if invert else ~allowed, NEG_INF)
-        return ref.softmax(S) @ V
+        return soft(S, dim=-1) @ V
 
     return self_attention
 
@@ -698,6 +723,11 @@ SELF_ATTENTION = Exercise(
             "the causal mask polarity is inverted",
             "True means 'may look': token i may look at j <= i.",
             _self_variant(invert=True),
+        ),
+        Trap(
+            "the causal mask polarity is inverted",
+            "True means 'may look': token i may look at j <= i.",
+            _self_variant(invert=True, soft=torch.softmax),  # the last token sees nothing: NaN
         ),
         Trap(
             "the scores are not scaled",

@@ -6,6 +6,12 @@ is one), compares each result with the hidden reference on the same inputs and
 device, and on the first disagreement raises an ``AssertionError`` whose message
 says what differs and, when the result matches a known mistake, names it.
 
+Every tensor a student returns must stay on the device, and keep the floating
+dtype, of the inputs. Cases in float16 or bfloat16 (see ``low_precision_cases``)
+are compared with the reference computed in float32 and rounded to the case's
+dtype, within that dtype's tolerance (``TOLERANCES``, or an exercise's own
+``tolerances`` where it composes many rounding steps).
+
 It writes nothing to stdout or stderr: warnings raised by student code are
 captured, so nbgrader never zeroes a cell because of them.
 """
@@ -13,6 +19,7 @@ captured, so nbgrader never zeroes a cell because of them.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +73,9 @@ class Exercise:
     output_names: Sequence[str] | None = None  # names of the parts of a tuple result
     compare: Callable[[Any, Any, str], str | None] | None = None  # custom comparison
     runs_on_meta: bool = False
+    # per-dtype (rtol, atol) that replace TOLERANCES for this exercise, e.g. a looser
+    # bfloat16 tolerance for a function that rounds after every one of several steps
+    tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ tolerances
@@ -79,8 +89,15 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 
-def tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) used to compare results of this dtype."""
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def tolerance(
+    dtype: torch.dtype, overrides: dict[torch.dtype, tuple[float, float]] | None = None
+) -> tuple[float, float]:
+    """(rtol, atol) used to compare results of this dtype (an exercise's overrides first)."""
+    if overrides and dtype in overrides:
+        return overrides[dtype]
     return TOLERANCES.get(dtype, (0.0, 0.0))
 
 
@@ -157,21 +174,19 @@ def run(fn: Callable[..., Any], case: Case) -> Outcome:
 # ------------------------------------------------------------------ comparing
 
 
-def compare_tensor(expected: Any, got: Any, what: str) -> str | None:
+def compare_tensor(
+    expected: Any,
+    got: Any,
+    what: str,
+    tolerances: dict[torch.dtype, tuple[float, float]] | None = None,
+) -> str | None:
     """None if got matches expected; else one sentence saying what differs."""
     if not isinstance(got, torch.Tensor):
         return f"{what} should be a torch.Tensor, but it is {type(got).__name__}."
     if got.device != expected.device:
-        return (
-            f"{what} is on {got.device}, but the inputs were on {expected.device}: "
-            "keep every tensor on the device of the inputs (no .cpu(), no torch.tensor(...) "
-            "without device=)."
-        )
+        return _wrong_device(what, got.device, expected.device)
     if got.dtype != expected.dtype:
-        return (
-            f"{what} has dtype {str(got.dtype).replace('torch.', '')}, expected "
-            f"{str(expected.dtype).replace('torch.', '')} (the dtype of the inputs)."
-        )
+        return _wrong_dtype(what, got.dtype, expected.dtype)
     if got.shape != expected.shape:
         msg = f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
         if got.dim() >= 2 and got.shape == expected.transpose(-2, -1).shape:
@@ -182,7 +197,7 @@ def compare_tensor(expected: Any, got: Any, what: str) -> str | None:
     if expected.dtype == torch.bool:
         bad = got != expected
     else:
-        rtol, atol = tolerance(expected.dtype)
+        rtol, atol = tolerance(expected.dtype, tolerances)
         close = torch.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
         bad = ~close
     if not bool(bad.any()):
@@ -200,17 +215,43 @@ def compare_tensor(expected: Any, got: Any, what: str) -> str | None:
     return msg
 
 
-def compare_outputs(expected: Any, got: Any, name: str, output_names: Sequence[str] | None) -> str | None:
+def _wrong_device(what: str, got: torch.device, want: torch.device) -> str:
+    return (
+        f"{what} is on {got}, but the inputs were on {want}: "
+        "keep every tensor on the device of the inputs (no .cpu(), no torch.tensor(...) "
+        "without device=)."
+    )
+
+
+def _wrong_dtype(what: str, got: torch.dtype, want: torch.dtype) -> str:
+    why = (
+        "a mask is boolean: True where looking is allowed"
+        if want == torch.bool
+        else "the dtype of the inputs"
+    )
+    return (
+        f"{what} has dtype {str(got).replace('torch.', '')}, expected "
+        f"{str(want).replace('torch.', '')} ({why})."
+    )
+
+
+def compare_outputs(
+    expected: Any,
+    got: Any,
+    name: str,
+    output_names: Sequence[str] | None,
+    tolerances: dict[torch.dtype, tuple[float, float]] | None = None,
+) -> str | None:
     """Compare a tensor or a tuple of tensors, part by part."""
     if output_names is None:
-        return compare_tensor(expected, got, f"The result of {name}")
+        return compare_tensor(expected, got, f"The result of {name}", tolerances)
     if not isinstance(got, (tuple, list)) or len(got) != len(expected):
         return (
             f"{name} should return {len(expected)} things ({', '.join(output_names)}), "
             f"but it returned {describe_value(got) if not isinstance(got, (tuple, list)) else f'{len(got)} things'}."
         )
     for part, e, g in zip(output_names, expected, got):
-        problem = compare_tensor(e, g, part)
+        problem = compare_tensor(e, g, part, tolerances)
         if problem:
             return problem
     return None
@@ -218,9 +259,15 @@ def compare_outputs(expected: Any, got: Any, name: str, output_names: Sequence[s
 
 def _same_outcome(ex: Exercise, a: Outcome, b: Outcome, case: Case) -> bool:
     if a.failed or b.failed:
-        return a.failed and b.failed and type(a.error) is type(b.error) and str(a.error) == str(b.error)
-    compare = ex.compare or (lambda e, g, w: compare_outputs(e, g, ex.name, ex.output_names))
-    return compare(a.value, b.value, case.label) is None
+        if not (a.failed and b.failed and type(a.error) is type(b.error)):
+            return False
+        # an overflow is an overflow however it is worded (math.exp vs math.e ** x)
+        return isinstance(a.error, ArithmeticError) or str(a.error) == str(b.error)
+    return _comparer(ex)(a.value, b.value, case.label) is None
+
+
+def _comparer(ex: Exercise) -> Callable[[Any, Any, str], str | None]:
+    return ex.compare or (lambda e, g, w: compare_outputs(e, g, ex.name, ex.output_names, ex.tolerances))
 
 
 def diagnose(ex: Exercise, case: Case, student: Outcome) -> Trap | None:
@@ -229,6 +276,101 @@ def diagnose(ex: Exercise, case: Case, student: Outcome) -> Trap | None:
         if _same_outcome(ex, run(trap.fn, case), student, case):
             return trap
     return None
+
+
+# ------------------------------------------------------- devices and dtypes
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def input_placement(case: Case) -> tuple[torch.device | None, torch.dtype | None]:
+    """The device of a case's tensor inputs and the dtype of its floating ones (None if not shared)."""
+    tensors = _tensors(case.args) + _tensors(case.kwargs)
+    placed = {t.device for t in tensors}
+    floating = {t.dtype for t in tensors if t.is_floating_point()}
+    return (
+        placed.pop() if len(placed) == 1 else None,
+        floating.pop() if len(floating) == 1 else None,
+    )
+
+
+def placement_problem(ex: Exercise, case: Case, expected: Any, got: Any) -> str | None:
+    """None unless a tensor result left the inputs' device or floating dtype where the reference kept it."""
+    if ex.compare is not None:
+        return None
+    device, dtype = input_placement(case)
+    if ex.output_names is None:
+        parts = [(f"The result of {ex.name}", expected, got)]
+    elif isinstance(got, (tuple, list)) and len(got) == len(expected):
+        parts = list(zip(ex.output_names, expected, got))
+    else:
+        return None  # compare_outputs says what is wrong with the result's structure
+    for what, e, g in parts:
+        if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
+            continue
+        if device is not None and e.device == device and g.device != device:
+            return _wrong_device(what, g.device, device)
+        floating = e.is_floating_point() and g.is_floating_point()
+        if dtype is not None and floating and e.dtype == dtype and g.dtype != dtype:
+            return _wrong_dtype(what, g.dtype, dtype)
+    return None
+
+
+def _cast_floating(x: Any, dtype: torch.dtype, only: Sequence[torch.dtype] | None = None) -> Any:
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() and (only is None or x.dtype in only):
+            return x.to(dtype)
+        return x
+    if isinstance(x, dict):
+        return {k: _cast_floating(v, dtype, only) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast_floating(v, dtype, only) for v in x)
+    return x
+
+
+def low_precision_cases(cases: Sequence[Case], dtypes: Sequence[torch.dtype] = LOW_PRECISION) -> list[Case]:
+    """Copies of cases with every floating tensor input in float16 / bfloat16 (one per label).
+
+    An exercise opts in with e.g. ``cases=lambda d: _qk_cases(d) + low_precision_cases(_qk_cases(d))``.
+    """
+    made: dict[str, Case] = {}
+    for case in cases:
+        _, dtype = input_placement(case)
+        if dtype is None:
+            continue
+        for low in dtypes:
+            name = str(low).replace("torch.", "")
+            label, n = re.subn(r"\bfloat(16|32|64)\b|\bbfloat16\b", name, case.label)
+            if not n:
+                label = f"{case.label}, {name}"
+            made.setdefault(
+                label, Case(label, _cast_floating(case.args, low), _cast_floating(case.kwargs, low))
+            )
+    return list(made.values())
+
+
+def run_reference(ex: Exercise, case: Case) -> Outcome:
+    """The reference's outcome; for float16/bfloat16 inputs, computed in float32 and rounded back."""
+    _, dtype = input_placement(case)
+    if dtype not in LOW_PRECISION:
+        return run(ex.reference, case)
+    wide = Case(
+        case.label,
+        _cast_floating(case.args, torch.float32, LOW_PRECISION),
+        _cast_floating(case.kwargs, torch.float32, LOW_PRECISION),
+    )
+    outcome = run(ex.reference, wide)
+    if not outcome.failed:
+        outcome.value = _cast_floating(outcome.value, dtype, (torch.float32,))
+    return outcome
 
 
 # ------------------------------------------------------------------ the check
@@ -257,13 +399,16 @@ def _inputs_changed(original: tuple, after: tuple) -> str | None:
     return None
 
 
-def check_exercise(ex: Exercise, student_fn: Any) -> None:
-    """Raise AssertionError with an actionable message unless student_fn is right."""
+def check_exercise(ex: Exercise, student_fn: Any, on: Sequence[torch.device | str] | None = None) -> None:
+    """Raise AssertionError with an actionable message unless student_fn is right.
+
+    ``on`` limits the devices checked (default: every device of ``devices()``).
+    """
     if not callable(student_fn):
         raise AssertionError(f"{ex.name} should be a function, but it is {type(student_fn).__name__}.")
-    for device in devices():
+    for device in devices() if on is None else [torch.device(d) for d in on]:
         for case in ex.cases(device):
-            expected = run(ex.reference, case)
+            expected = run_reference(ex, case)
             if expected.failed:  # a harness bug, never the student's fault
                 raise RuntimeError(f"reference failed on {case.label}: {expected.error!r}")
             student = run(student_fn, case)
@@ -277,8 +422,9 @@ def check_exercise(ex: Exercise, student_fn: Any) -> None:
                     )
                 problem = f"it raised {type(err).__name__}: {err}"
                 raise _fail(ex, case, problem, diagnose(ex, case, student))
-            compare = ex.compare or (lambda e, g, w: compare_outputs(e, g, ex.name, ex.output_names))
-            problem = compare(expected.value, student.value, case.label)
+            problem = placement_problem(ex, case, expected.value, student.value) or _comparer(ex)(
+                expected.value, student.value, case.label
+            )
             if problem:
                 raise _fail(ex, case, problem, diagnose(ex, case, student))
             if changed:

@@ -158,3 +158,23 @@ def test_bad_results_give_a_clear_message(student, expected, capfd):
 def test_mix_returning_numpy_names_the_type():
     with pytest.raises(AssertionError, match="The result of mix should be a torch.Tensor, but it is ndarray"):
         grader.check("mix", lambda A, V: (A @ V).numpy())
+
+
+def test_overflow_is_named_whatever_its_wording():
+    def soft_lookup(query, keys, values, sharpness):
+        raw = {
+            n: sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(len(query))
+            for n, key in keys.items()
+        }
+        exps = {n: math.e**s for n, s in raw.items()}  # OverflowError: (34, 'Numerical result out of range')
+        total = sum(exps.values())
+        w = {n: e / total for n, e in exps.items()}
+        return w, [sum(w[n] * values[n][i] for n in keys) for i in range(len(next(iter(values.values()))))]
+
+    with pytest.raises(AssertionError, match="Diagnosis: naive softmax that overflows"):
+        grader.check("soft_lookup", soft_lookup)
+
+
+def test_float_mask_is_told_masks_are_boolean():
+    with pytest.raises(AssertionError, match=r"expected bool \(a mask is boolean"):
+        grader.check("causal_mask", lambda T, device=None: torch.ones(T, T, device=device).tril())
