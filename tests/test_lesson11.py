@@ -1,0 +1,474 @@
+"""Lesson 11 measures what attention costs and computes it block by block.
+
+The reference agrees with plain attention and scaled_dot_product_attention; the watch that
+enforces "block by block" sees a full score matrix however it is made and never flags honest
+blocks; the lesson computes the numbers its text states; graded through nbgrader, every known
+mistake written as a student would write it loses the hidden points and is named, while other
+correct ways (FlashAttention-1 style normalising, query tiles, a running logsumexp) get full marks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import grader
+from grader import course
+from grader.beyond import l11_cost as ref
+from grader.beyond.l11_cost import Rule, note_of, watched
+from tests.conftest import DEVICES
+from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+
+LESSON = "11_cost"
+
+
+def draw(*shape, seed, device, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
+
+
+def tol(dtype):
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
+
+
+# ------------------------------------------------------------------- the reference
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_size", [1, 4, 5, 16, 64])
+def test_tiled_attention_matches_plain_attention_and_sdpa(device, dtype, causal, block_size):
+    T_q, T_k = (13, 13) if causal else (6, 17)
+    Q = draw(2, 3, T_q, 8, seed=1, device=device, dtype=dtype)
+    K = draw(2, 3, T_k, 8, seed=2, device=device, dtype=dtype)
+    V = draw(2, 3, T_k, 5, seed=3, device=device, dtype=dtype)
+    O = ref.tiled_attention(Q, K, V, block_size, causal=causal)
+    assert O.shape == (2, 3, T_q, 5) and O.dtype == dtype and O.device.type == device
+    torch.testing.assert_close(O, ref.plain_attention(Q, K, V, causal), **tol(dtype))
+    torch.testing.assert_close(O, F.scaled_dot_product_attention(Q, K, V, is_causal=causal), **tol(dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tiled_attention_survives_scores_near_1000(device):
+    Q, K = ref._near_1000(draw(2, 6, 4, seed=4, device=device), draw(2, 9, 4, seed=5, device=device))
+    V = draw(2, 9, 3, seed=6, device=device)
+    S = Q @ K.mT / math.sqrt(Q.shape[-1])
+    assert S.min() > 990
+    O = ref.tiled_attention(Q, K, V, 3)
+    assert torch.isfinite(O).all()
+    torch.testing.assert_close(O, F.scaled_dot_product_attention(Q, K, V), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shift", [0.0, 1000.0, -1000.0])
+def test_online_softmax_stats_match_the_whole_row(device, shift):
+    Z = draw(3, 5, 11, seed=7, device=device, dtype=torch.float64) * 3 + shift
+    for block_size in (1, 3, 4, 11, 20):
+        m, l = ref.online_softmax_stats(Z, block_size)
+        torch.testing.assert_close(m, Z.amax(-1))
+        torch.testing.assert_close(m + torch.log(l), torch.logsumexp(Z, -1))
+    torch.testing.assert_close(
+        torch.exp(Z - m[..., None]) / l[..., None], torch.softmax(Z, -1), rtol=1e-10, atol=1e-12
+    )
+
+
+# ------------------------------------------------------------------- the watch
+
+
+def _matrix(T_q, T_k, *tensors):
+    return [watched(t, Rule("matrix", T_q=T_q, T_k=T_k)) for t in tensors]
+
+
+def test_the_watch_sees_a_full_score_matrix_however_it_is_made():
+    Q, K, V = _matrix(6, 11, torch.randn(2, 6, 4), torch.randn(2, 11, 4), torch.randn(2, 11, 3))
+    made = {
+        "matmul": lambda: torch.softmax(Q @ K.mT, -1) @ V,
+        "einsum": lambda: torch.einsum("bqk,bkd->bqd", torch.einsum("bqd,bkd->bqk", Q, K).softmax(-1), V),
+        "one head at a time": lambda: torch.stack(
+            [torch.softmax(Q[b] @ K[b].T, -1) @ V[b] for b in range(2)]
+        ),
+        "transposed": lambda: torch.softmax(K @ Q.mT, -2).mT @ V,
+        "computed, then walked in blocks": lambda: sum(
+            torch.softmax(Q @ K.mT, -1)[..., j : j + 4] @ V[..., j : j + 4, :] for j in range(0, 11, 4)
+        ),
+    }
+    for how, fn in made.items():
+        note = note_of(fn())
+        assert note is not None and note[0] == "full", how
+    note = note_of(F.scaled_dot_product_attention(Q, K, V))
+    assert note is not None and note[0] == "sdpa"
+
+
+def test_the_watch_lets_blocks_accumulate_in_place_without_a_false_alarm():
+    Q, K, V = _matrix(6, 11, torch.randn(2, 6, 4), torch.randn(2, 11, 4), torch.randn(2, 11, 3))
+    acc = torch.zeros(2, 6, 3)
+    for j in range(0, 11, 4):
+        acc += torch.softmax(Q @ K[..., j : j + 4, :].mT, -1) @ V[..., j : j + 4, :]
+    assert note_of(acc) is None and note_of(ref.tiled_attention(Q, K, V, 4)) is None
+    # a full matrix added in place still marks the accumulator
+    acc.add_(torch.softmax(Q @ K.mT, -1) @ V)
+    assert note_of(acc)[0] == "full"
+
+
+def test_the_row_watch_allows_blocks_and_flags_whole_rows():
+    Z = watched(torch.randn(3, 10), Rule("row", N=10))
+    assert note_of(ref.online_softmax_stats(Z, 4)) is None
+    assert note_of(Z.detach().clone()) is None, "the harness's copies are not computation"
+    assert note_of(Z.amax(-1))[0] == "row"
+    assert note_of(torch.logsumexp(Z.double(), -1))[0] == "row"
+    free = watched(torch.randn(3, 10), None)
+    assert note_of(free.amax(-1)) is None
+
+
+def test_the_watch_writes_nothing_and_leaves_results_ordinary_to_compare(capfd):
+    Q, K, V = _matrix(6, 11, torch.randn(6, 4), torch.randn(11, 4), torch.randn(11, 3))
+    O = ref.tiled_attention(Q, K, V, 4)
+    plain = ref._plain(O)
+    assert type(plain) is torch.Tensor and torch.equal(plain, O.as_subclass(torch.Tensor))
+    assert capfd.readouterr() == ("", "")
+
+
+# ------------------------------------------------------- the lesson's own numbers
+
+
+@pytest.mark.slow
+def test_lesson_computes_the_numbers_it_states(record_property):
+    start = time.perf_counter()
+    values = run_and_read(
+        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
+        {
+            "plain_bytes": "{str(k): v for k, v in plain_bytes.items()}",
+            "plain_seconds": "{str(k): v for k, v in plain_seconds.items()}",
+            "layer_gib": "layer_bytes / 2**30",
+            "walk": "walk",
+            "m_l": "[m_direct, l_direct]",
+            "z": "z",
+            "stats_z": "[t.item() for t in online_softmax_stats(z, 4)]",
+            "o_blocks": "o_blocks",
+            "o_direct": "o_direct",
+            "rows": "rows",
+            "tiled_bytes": "{str(k): v for k, v in tiled_bytes.items()}",
+            "speed": "speed",
+            "slider_warnings": "exec('import warnings\\nwith warnings.catch_warnings(record=True) as _w:\\n"
+            '    warnings.simplefilter("always")\\n    show_block_size(2048)\\n_n_warnings = len(_w)\')'
+            " or _n_warnings",
+        },
+    )
+    lesson_seconds = time.perf_counter() - start
+    record_property("lesson_seconds", lesson_seconds)
+    print(f"\nlesson 11 ran in {lesson_seconds:.1f} s (kernel start included)")
+
+    # memory, measured: the largest tensor is the T x T matrix, 4x per doubling
+    assert values["plain_bytes"] == {str(T): T * T * 4 for T in (256, 512, 1024, 2048)}
+    assert all(s > 0 for s in values["plain_seconds"].values())
+    assert values["layer_gib"] == 64
+    # the online softmax by hand: m 3 -> 5 -> 6, factors exp(-2) and exp(-1), l after block 1 = 1.5853
+    walk = values["walk"]
+    assert [w[0] for w in walk] == [3.0, 5.0, 6.0]
+    assert walk[0][1] == 0.0 and round(walk[1][1], 4) == 0.1353 and round(walk[2][1], 4) == 0.3679
+    assert round(walk[0][2], 4) == 1.5853
+    z = torch.tensor(values["z"])
+    assert values["m_l"][0] == 6.0 == walk[-1][0]
+    assert values["m_l"][1] == pytest.approx(walk[-1][2], rel=1e-6)
+    assert values["m_l"][1] == pytest.approx(torch.exp(z - 6).sum().item(), rel=1e-6)
+    assert values["stats_z"] == pytest.approx(values["m_l"], rel=1e-6)
+    # the output rescales too: block by block equals softmax(z) @ V
+    assert values["o_blocks"] == pytest.approx(values["o_direct"], abs=1e-5)
+    # explore: same numbers as sdpa and plain attention, even with scores near 1000
+    for name, causal, d_sdpa, d_plain, top in values["rows"]:
+        assert d_sdpa < 1e-3 and d_plain < 1e-3, (name, causal, d_sdpa, d_plain)
+        if "1000" in name:
+            assert 900 < top < 1100
+        else:
+            assert d_sdpa < 1e-5
+    # tiled memory: T x 128 floats, 2x per doubling
+    assert values["tiled_bytes"] == {str(T): T * 128 * 4 for T in (256, 512, 1024, 2048)}
+    assert set(values["speed"]) == {
+        "plain attention",
+        "your tiled attention (blocks of 128)",
+        "scaled_dot_product_attention",
+    }
+    assert values["slider_warnings"] == 0
+
+
+# --------------------------------------------------- student answers, through nbgrader
+
+STATS = """
+def online_softmax_stats(Z, block_size):
+    m = torch.full(Z.shape[:-1], {start}, dtype=Z.dtype, device=Z.device)
+    l = torch.zeros(Z.shape[:-1], dtype=Z.dtype, device=Z.device)
+    for start in range(0, {stop}, block_size):
+        block = Z[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = {update}
+        m = m_new
+    return m, l
+"""
+RESCALED = "l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)"
+
+
+def stats_answer(start='float("-inf")', stop="Z.shape[-1]", update=RESCALED):
+    return STATS.format(start=start, stop=stop, update=update)
+
+
+STATS_WHOLE_ROW = """
+def online_softmax_stats(Z, block_size):
+    m = Z.amax(dim=-1)
+    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
+"""
+
+TILED = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+    l = torch.zeros((*Q.shape[:-1], 1), dtype=Q.dtype, device=Q.device)
+    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    rows = torch.arange(T_q, device=Q.device)[:, None]
+    for start in range(0, {stop}, block_size):
+        K_b = K[..., start:start + block_size, :]
+        V_b = V[..., start:start + block_size, :]
+        S_b = Q @ K_b.transpose(-2, -1) / {scale}
+        if causal:
+            cols = torch.arange({first}, {first} + K_b.shape[-2], device=Q.device)[None, :]
+            S_b = S_b.masked_fill(cols > rows, float("-inf"))
+        m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))
+        factor = {factor}
+        P = {P}
+        l = l * factor + P.sum(dim=-1, keepdim=True)
+        acc = acc * factor + P @ V_b
+        {inside}
+        m = m_new
+    return {result}
+"""
+
+
+def tiled_answer(
+    stop="T_k",
+    scale="math.sqrt(Q.shape[-1])",
+    first="start",
+    factor="torch.exp(m - m_new)",
+    P="torch.exp(S_b - m_new)",
+    inside="pass",
+    result="acc / l",
+):
+    return TILED.format(stop=stop, scale=scale, first=first, factor=factor, P=P, inside=inside, result=result)
+
+
+TILED_FULL = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if causal:
+        T_q, T_k = S.shape[-2:]
+        S = S.masked_fill(~torch.ones(T_q, T_k, dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    return torch.softmax(S, dim=-1) @ V
+"""
+
+TILED_SDPA = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+"""
+
+STATS_HIDDEN, TILED_HIDDEN = "test11_online_softmax_stats_hidden", "test11_tiled_attention_hidden"
+STATS_CELL, TILED_CELL = "ex11_online_softmax_stats", "ex11_tiled_attention"
+
+# {student: {hidden test: (answer cell, answer, diagnosis)}}: one wrong version of each function
+WRONG_SUBMISSIONS = {
+    "no_rescale": {
+        STATS_HIDDEN: (
+            STATS_CELL,
+            stats_answer(update="l + torch.exp(block - m_new[..., None]).sum(dim=-1)"),
+            "the running sum is not rescaled when the max changes",
+        ),
+        TILED_HIDDEN: (
+            TILED_CELL,
+            tiled_answer(factor="1.0"),
+            "the running sum and output are not rescaled when the max changes",
+        ),
+    },
+    "no_max": {
+        STATS_HIDDEN: (
+            STATS_CELL,
+            stats_answer(update="l + torch.exp(block).sum(dim=-1)"),
+            "the running max is not subtracted (overflow)",
+        ),
+        TILED_HIDDEN: (
+            TILED_CELL,
+            tiled_answer(factor="1.0", P="torch.exp(S_b)"),
+            "the running max is not subtracted (overflow)",
+        ),
+    },
+    "upside_down_divided_inside": {
+        STATS_HIDDEN: (
+            STATS_CELL,
+            stats_answer(update="l * torch.exp(m_new - m) + torch.exp(block - m_new[..., None]).sum(dim=-1)"),
+            "the rescale factor is upside down",
+        ),
+        TILED_HIDDEN: (
+            TILED_CELL,
+            tiled_answer(inside="acc = acc / l", result="acc"),
+            "the output was divided by the sum inside the loop",
+        ),
+    },
+    "max_from_zero_local_mask": {
+        STATS_HIDDEN: (STATS_CELL, stats_answer(start="0.0"), "the running max started at 0 instead of -inf"),
+        TILED_HIDDEN: (
+            TILED_CELL,
+            tiled_answer(first="0"),
+            "the causal mask uses positions inside the block",
+        ),
+    },
+    "last_block_dropped": {
+        STATS_HIDDEN: (
+            STATS_CELL,
+            stats_answer(stop="Z.shape[-1] // block_size * block_size"),
+            "the last partial block is dropped",
+        ),
+        TILED_HIDDEN: (
+            TILED_CELL,
+            tiled_answer(stop="T_k // block_size * block_size"),
+            "the last partial block is dropped",
+        ),
+    },
+    "whole_rows_full_matrix": {
+        STATS_HIDDEN: (STATS_CELL, STATS_WHOLE_ROW, "the whole row was read at once"),
+        TILED_HIDDEN: (TILED_CELL, TILED_FULL, "the full score matrix was formed"),
+    },
+    "unscaled": {
+        TILED_HIDDEN: (TILED_CELL, tiled_answer(scale="1"), "the scores are not scaled"),
+    },
+    "sdpa": {
+        TILED_HIDDEN: (TILED_CELL, TILED_SDPA, "scaled_dot_product_attention was called"),
+    },
+}
+
+
+def _run_answer(source: str, name: str):
+    namespace = {"torch": torch, "math": math, "F": F}
+    exec(source, namespace)
+    return namespace[name]
+
+
+def test_every_known_mistake_has_a_student_answer_here():
+    named = {(cell, d) for checks in WRONG_SUBMISSIONS.values() for cell, _, d in checks.values()}
+    from grader.registry import exercises
+
+    for name in ("online_softmax_stats", "tiled_attention"):
+        for trap in exercises()[name].traps:
+            assert (f"ex11_{name}", trap.name) in named, (
+                f"no submission exercises the {name} trap {trap.name!r}"
+            )
+
+
+@pytest.mark.parametrize(
+    "name, source, diagnosis",
+    [
+        (cell.removeprefix("ex11_"), answer, diagnosis)
+        for checks in WRONG_SUBMISSIONS.values()
+        for cell, answer, diagnosis in checks.values()
+    ],
+)
+def test_student_answers_are_named_in_process(name, source, diagnosis):
+    with pytest.raises(AssertionError) as info:
+        grader.check(name, _run_answer(source, name))
+    assert f"Diagnosis: {diagnosis}." in str(info.value), str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student", sorted(WRONG_SUBMISSIONS))
+def test_wrong_versions_lose_hidden_points_and_are_named(student, built_course):
+    checks = WRONG_SUBMISSIONS[student]
+    answers = solution_sources(LESSON) | {cell: answer for cell, answer, _ in checks.values()}
+    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
+    grades = course.autograde(LESSON, student)["grades"]
+    for hidden, (_, _, diagnosis) in checks.items():
+        assert grades[hidden][0] == 0 < grades[hidden][1], (hidden, grades)
+        message = cell_error(course.autograded_path(LESSON, student), hidden)
+        assert "What differs:" in message, message
+        assert f"Diagnosis: {diagnosis}." in message, message
+
+
+FLASH_1 = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    # FlashAttention-1 style: keep O normalised after every block
+    O = torch.zeros(*Q.shape[:-1], V.shape[-1], dtype=Q.dtype, device=Q.device)
+    m = torch.full((*Q.shape[:-1], 1), -math.inf, dtype=Q.dtype, device=Q.device)
+    l = torch.zeros_like(m)
+    q_pos = torch.arange(Q.shape[-2], device=Q.device)
+    k_pos = torch.arange(K.shape[-2], device=Q.device)
+    for K_b, V_b, j in zip(K.split(block_size, -2), V.split(block_size, -2), k_pos.split(block_size)):
+        S = torch.einsum("...qd,...kd->...qk", Q, K_b) * Q.shape[-1] ** -0.5
+        if causal:
+            S = torch.where(j[None, :] <= q_pos[:, None], S, -math.inf)
+        m_new = torch.maximum(m, S.max(dim=-1, keepdim=True).values)
+        P = (S - m_new).exp()
+        l_new = l * (m - m_new).exp() + P.sum(-1, keepdim=True)
+        O = (O * l * (m - m_new).exp() + P @ V_b) / l_new
+        m, l = m_new, l_new
+    return O
+"""
+
+QUERY_TILES = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    # tiles of queries too, as FlashAttention does
+    out = []
+    for qs in range(0, Q.shape[-2], block_size):
+        Q_t = Q[..., qs:qs + block_size, :]
+        m = l = acc = None
+        for ks in range(0, K.shape[-2], block_size):
+            S = Q_t @ K[..., ks:ks + block_size, :].mT / math.sqrt(Q.shape[-1])
+            if causal:
+                r = torch.arange(qs, qs + Q_t.shape[-2], device=Q.device)[:, None]
+                c = torch.arange(ks, ks + S.shape[-1], device=Q.device)[None, :]
+                S = S.masked_fill(c > r, float("-inf"))
+            top = S.amax(-1, keepdim=True)
+            m_new = top if m is None else torch.maximum(m, top)
+            P = torch.exp(S - m_new)
+            if m is None:
+                l, acc = P.sum(-1, keepdim=True), P @ V[..., ks:ks + block_size, :]
+            else:
+                a = torch.exp(m - m_new)
+                l, acc = l * a + P.sum(-1, keepdim=True), acc * a + P @ V[..., ks:ks + block_size, :]
+            m = m_new
+        out.append(acc / l)
+    return torch.cat(out, dim=-2)
+"""
+
+RUNNING_LOGSUMEXP = """
+def online_softmax_stats(Z, block_size):
+    lse = m = None
+    for block in Z.split(block_size, dim=-1):
+        block_lse, block_max = torch.logsumexp(block, dim=-1), block.amax(dim=-1)
+        lse = block_lse if lse is None else torch.logaddexp(lse, block_lse)
+        m = block_max if m is None else torch.maximum(m, block_max)
+    return m, torch.exp(lse - m)
+"""
+
+RIGHT_SUBMISSIONS = {
+    "flash1_logsumexp": {TILED_CELL: FLASH_1, STATS_CELL: RUNNING_LOGSUMEXP},
+    "query_tiles": {TILED_CELL: QUERY_TILES},
+}
+
+
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("tiled_attention", FLASH_1),
+        ("tiled_attention", QUERY_TILES),
+        ("online_softmax_stats", RUNNING_LOGSUMEXP),
+    ],
+)
+def test_other_correct_ways_pass_in_process(name, source):
+    grader.check(name, _run_answer(source, name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student", sorted(RIGHT_SUBMISSIONS))
+def test_correct_but_different_versions_get_full_marks(student, built_course):
+    answers = solution_sources(LESSON) | RIGHT_SUBMISSIONS[student]
+    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
+    result = course.autograde(LESSON, student)
+    assert result["score"] == result["max_score"] > 0, result["grades"]
