@@ -1,0 +1,365 @@
+"""Lesson 09 (the KV cache): the reference against full causal attention, the lesson's numbers, grading."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_course import data
+from grader import course
+from grader.beyond import l09_kv_cache as m
+from tests.conftest import DEVICES
+from tests.nbtools import ROOT, cell_error, filled, run_and_read, submit
+
+LESSON = "09_kv_cache"
+DTYPES = [torch.float32, torch.float64]
+
+
+def tol(dtype):
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
+
+
+def draw(*shape, seed, device, dtype, scale=1.0):
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale).to(
+        device
+    )
+
+
+# ------------------------------------------------------------------ reference vs full causal attention
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
+def test_cached_decoding_equals_causal_attention_position_by_position(device, dtype, batch):
+    T, d_model, d_k, d_v = 9, 7, 5, 3
+    X = draw(*batch, T, d_model, seed=1, device=device, dtype=dtype)
+    W_q, W_k, W_v = (
+        draw(d_model, d, seed=s, device=device, dtype=dtype) for s, d in ((2, d_k), (3, d_k), (4, d_v))
+    )
+    want = F.scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v, is_causal=True)
+    got = m.decode_with_cache(X, W_q, W_k, W_v)
+    assert got.shape == (*batch, T, d_v) and got.device.type == device and got.dtype == dtype
+    for t in range(T):
+        torch.testing.assert_close(got[..., t, :], want[..., t, :], **tol(dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_each_step_is_one_row_of_causal_attention_and_the_cache_is_k_and_v(device, dtype):
+    T, d_model, d_k, d_v = 6, 8, 4, 5
+    X = draw(2, T, d_model, seed=5, device=device, dtype=dtype)
+    W_q, W_k, W_v = (
+        draw(d_model, d, seed=s, device=device, dtype=dtype) for s, d in ((6, d_k), (7, d_k), (8, d_v))
+    )
+    want = F.scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v, is_causal=True)
+    K, V = m.empty_cache(X, d_k), m.empty_cache(X, d_v)
+    assert K.shape == (2, 0, d_k) and K.device.type == device and K.dtype == dtype
+    for t in range(T):
+        o_t, K, V = m.kv_cache_step(X[:, t : t + 1], K, V, W_q, W_k, W_v)
+        assert o_t.shape == (2, 1, d_v) and K.shape == (2, t + 1, d_k) and V.shape == (2, t + 1, d_v)
+        torch.testing.assert_close(o_t[:, 0], want[:, t], **tol(dtype))
+    torch.testing.assert_close(K, X @ W_k, **tol(dtype))
+    torch.testing.assert_close(V, X @ W_v, **tol(dtype))
+
+
+def test_kv_cache_bytes_matches_real_cache_tensors():
+    """The formula equals numel * element_size of real per-layer caches, with K/V heads and a batch."""
+    n_layers, n_kv, d_head, T, batch = 3, 2, 4, 5, 6
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        caches = [
+            torch.zeros(batch, n_kv, T, d_head, dtype=dtype) for _ in range(2 * n_layers)
+        ]  # K and V per layer
+        measured = sum(c.numel() * c.element_size() for c in caches)
+        assert m.kv_cache_bytes(n_layers, n_kv, d_head, T, batch, torch.finfo(dtype).bits // 8) == measured
+    assert m.kv_cache_bytes(32, 32, 128, 4096) == 2 * 2**30
+
+
+# ------------------------------------------------------------------ the lesson's numbers
+
+
+@pytest.fixture(scope="module")
+def lesson_values():
+    return run_and_read(
+        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
+        {
+            "A_full": "A_full",
+            "O_full": "O_full",
+            "O_steps": "O_steps",
+            "K_cache": "K_cache",
+            "V_cache": "V_cache",
+            "step_diff": "step_diff",
+            "positions": "positions",
+            "macs_without": "macs_without",
+            "macs_with": "macs_with",
+            "formulas_match": "formulas_match",
+            "timed_positions": "timed_positions",
+            "ms": "[ms_without, ms_with]",
+            "totals": "[total_without, total_with]",
+            "measured_bytes": "measured_bytes",
+            "predicted_bytes": "predicted_bytes",
+            "gib_at_32k": "{str(k): v for k, v in gib_at_32k.items()}",
+            "A_sat": "A_sat",
+            "generation_diff": "generation_diff",
+            "sizes": "[d, T_max]",
+            "device_diff": "device_diff",
+        },
+    )
+
+
+@pytest.mark.slow
+def test_love_cats_step_by_step_equals_causal_attention(lesson_values):
+    cats = data.love_cats()
+    X, W_q, W_k, W_v = cats.X, cats.W_q, cats.W_k, cats.W_v
+    want = F.scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v, is_causal=True)
+    torch.testing.assert_close(torch.tensor(lesson_values["O_full"]), want)
+    torch.testing.assert_close(torch.tensor(lesson_values["O_steps"]), want)
+    assert lesson_values["step_diff"] < 1e-6
+    # the prose and the visible checks: rows [1, 2, 3], [2.00, 7.99, 0.00], [1.99, 7.48, 0.74]
+    assert [[round(v, 2) for v in row] for row in want.tolist()] == [
+        [1, 2, 3],
+        [2.0, 7.99, 0.0],
+        [1.99, 7.48, 0.74],
+    ]
+    A = torch.tensor(lesson_values["A_full"])
+    assert [round(a, 2) for a in A[2].tolist()] == [0.01, 0.75, 0.24]
+    assert [round(a, 2) for a in A[1, :2].tolist()] == [0.0, 1.0]
+    # the cache's last state is lesson 01's K and V
+    assert lesson_values["K_cache"] == (X @ W_k).tolist() == [[0, 1, 1], [4, 4, 0], [2, 3, 1]]
+    assert lesson_values["V_cache"] == (X @ W_v).tolist() == [[1, 2, 3], [2, 8, 0], [2, 6, 3]]
+
+
+@pytest.mark.slow
+def test_measured_work_is_quadratic_without_and_linear_with_the_cache(lesson_values):
+    d, T_max = lesson_values["sizes"]
+    positions = lesson_values["positions"]
+    assert positions == list(range(16, T_max + 1, 16))
+    without = [t * d * 3 * d + t * t * 2 * d for t in positions]  # projections + scores + mix
+    with_cache = [3 * d * d + t * 2 * d for t in positions]
+    assert lesson_values["macs_without"] == without
+    assert lesson_values["macs_with"] == with_cache
+    assert lesson_values["formulas_match"] is True
+    # linear: constant steps; quadratic: constant second differences
+    steps = {b - a for a, b in zip(with_cache, with_cache[1:])}
+    assert steps == {16 * 2 * d}
+    second = {c - 2 * b + a for a, b, c in zip(without, without[1:], without[2:])}
+    assert second == {2 * 16 * 16 * 2 * d}
+    # rerunning the layer at position t costs exactly t cached steps: t * (3 d^2 + 2 t d)
+    assert without == [t * w for t, w in zip(positions, with_cache)]
+    total_without = sum(t * d * 3 * d + t * t * 2 * d for t in range(1, T_max + 1))
+    total_with = sum(3 * d * d + t * 2 * d for t in range(1, T_max + 1))
+    assert lesson_values["totals"] == [total_without, total_with]
+    # timing: one number per timed position, all positive; at the longest context the cache is faster
+    ms_without, ms_with = lesson_values["ms"]
+    assert len(ms_without) == len(ms_with) == len(lesson_values["timed_positions"]) == 8
+    assert min(ms_without + ms_with) > 0
+    assert sum(ms_without[-2:]) > sum(ms_with[-2:])
+
+
+@pytest.mark.slow
+def test_measured_memory_is_two_tensors_per_token(lesson_values):
+    d, T_max = lesson_values["sizes"]
+    measured = lesson_values["measured_bytes"]
+    assert measured == [2 * (t + 1) * d * 4 for t in range(T_max)]  # keys and values, float32
+    assert lesson_values["predicted_bytes"] == measured
+    assert measured[0] == 512
+    assert lesson_values["gib_at_32k"] == {"32": 16.0, "8": 4.0, "1": 0.5}
+
+
+@pytest.mark.slow
+def test_explorers_match_causal_attention(lesson_values):
+    sat = data.cat_sat()
+    S = (sat.X @ sat.W_q) @ (sat.X @ sat.W_k).T / math.sqrt(2)
+    A = torch.softmax(S.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)
+    torch.testing.assert_close(torch.tensor(lesson_values["A_sat"]), A)
+    assert 0.45 <= A[4, 1] <= 0.55  # the last "the" finds "cat"
+    assert lesson_values["generation_diff"] < 1e-6
+    assert lesson_values["device_diff"] < 1e-5
+
+
+# ------------------------------------------------------------------ grading through real nbgrader
+
+STEP_OK = """
+def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+    q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
+    K = torch.cat([K_cache, k], dim=-2)
+    V = torch.cat([V_cache, v], dim=-2)
+    S = q @ K.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(S, dim=-1) @ V, K, V
+"""
+DECODE_OK = """
+def decode_with_cache(X, W_q, W_k, W_v):
+    K = X.new_zeros(*X.shape[:-2], 0, W_k.shape[-1])
+    V = X.new_zeros(*X.shape[:-2], 0, W_v.shape[-1])
+    outs = []
+    for t in range(X.shape[-2]):
+        x = X[..., t:t + 1, :]
+        q = x @ W_q
+        K = torch.cat([K, x @ W_k], dim=-2)
+        V = torch.cat([V, x @ W_v], dim=-2)
+        S = q @ K.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        outs.append(torch.softmax(S, dim=-1) @ V)
+    return torch.cat(outs, dim=-2)
+"""
+BYTES_OK = """
+def kv_cache_bytes(n_layers, n_kv_heads, d_head, n_tokens, batch=1, bytes_per_value=2):
+    return 2 * n_layers * n_kv_heads * d_head * n_tokens * batch * bytes_per_value
+"""
+INIT = """    K = X.new_zeros(*X.shape[:-2], 0, W_k.shape[-1])
+    V = X.new_zeros(*X.shape[:-2], 0, W_v.shape[-1])
+"""
+
+
+def edit(src: str, *changes: tuple[str, str]) -> str:
+    for old, new in changes:
+        assert old in src, old
+        src = src.replace(old, new)
+    return src
+
+
+# student code for every trap, keyed by function, then trap name
+TRAP_CODE = {
+    "kv_cache_step": {
+        "the cache grew along the feature dimension (dim=-1) instead of the token dimension (dim=-2)": edit(
+            STEP_OK, ("dim=-2)", "dim=-1)")
+        ),
+        "the cache grew along dim 0 instead of the token dimension (dim=-2)": edit(
+            STEP_OK, ("dim=-2)", "dim=0)")
+        ),
+        "the new key and value went in front of the cache": edit(
+            STEP_OK, ("[K_cache, k]", "[k, K_cache]"), ("[V_cache, v]", "[v, V_cache]")
+        ),
+        "the query did not look at its own key (attended before appending)": edit(
+            STEP_OK, ("q @ K.transpose", "q @ K_cache.transpose"), ("@ V, K, V", "@ V_cache, K, V")
+        ),
+        "the caches were returned in the wrong order": edit(STEP_OK, ("@ V, K, V", "@ V, V, K")),
+        "the scores were scaled by sqrt(d_model) instead of sqrt(d_k)": edit(
+            STEP_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(x_t.shape[-1])")
+        ),
+        "the scores were scaled by sqrt(number of keys) instead of sqrt(d_k)": edit(
+            STEP_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(K.shape[-2])")
+        ),
+    },
+    "decode_with_cache": {
+        "the causal limit was forgotten: every token saw the whole sequence": edit(
+            DECODE_OK,
+            (INIT, "    K, V = X @ W_k, X @ W_v\n"),
+            (
+                "        K = torch.cat([K, x @ W_k], dim=-2)\n        V = torch.cat([V, x @ W_v], dim=-2)\n",
+                "",
+            ),
+        ),
+        "the cache was not carried from step to step (each token saw only itself)": edit(
+            DECODE_OK,
+            (INIT, ""),
+            ("        q = x @ W_q\n", "        q = x @ W_q\n" + INIT.replace("    ", "        ")),
+        ),
+        "the step outputs were joined along dim 0 instead of the token dimension (dim=-2)": edit(
+            DECODE_OK, ("torch.cat(outs, dim=-2)", "torch.cat(outs, dim=0)")
+        ),
+        "only the last step's output was returned": edit(DECODE_OK, ("torch.cat(outs, dim=-2)", "outs[-1]")),
+        "the scores were scaled by sqrt(d_model) instead of sqrt(d_k)": edit(
+            DECODE_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(X.shape[-1])")
+        ),
+    },
+    "kv_cache_bytes": {
+        "only the keys were counted": edit(BYTES_OK, ("return 2 * ", "return ")),
+        "bytes_per_value was ignored (numbers counted, not bytes)": edit(
+            BYTES_OK, (" * bytes_per_value", "")
+        ),
+        "the batch was ignored": edit(BYTES_OK, (" * batch", "")),
+        "only one layer was counted": edit(BYTES_OK, (" * n_layers", "")),
+    },
+}
+CELLS = {name: f"ex09_{name}" for name in TRAP_CODE}
+HIDDEN = {name: f"test09_{name}_hidden" for name in TRAP_CODE}
+N_SUBMISSIONS = max(len(traps) for traps in TRAP_CODE.values())
+
+
+def test_every_trap_of_the_lesson_has_student_code():
+    from grader.registry import exercises
+
+    for name, traps in TRAP_CODE.items():
+        assert sorted(traps) == sorted(t.name for t in exercises()[name].traps), name
+
+
+def test_trap_code_is_diagnosed_by_the_harness():
+    """The hand-written student code really produces each trap (fast, without nbgrader)."""
+    import grader
+
+    for name, traps in TRAP_CODE.items():
+        for trap, src in traps.items():
+            scope = {"math": math, "torch": torch}
+            exec(src, scope)
+            with pytest.raises(AssertionError, match=re.escape(f"Diagnosis: {trap}.")):
+                grader.check(name, scope[name])
+
+
+def _submission(i: int) -> dict[str, tuple[str, str]]:
+    """Submission i: the i-th trap of every function (cycling), as {function: (trap, code)}."""
+    out = {}
+    for name, traps in TRAP_CODE.items():
+        trap = sorted(traps)[i % len(traps)]
+        out[name] = (trap, traps[trap])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", range(N_SUBMISSIONS))
+def test_trap_submission_loses_hidden_points_with_named_diagnosis(i, built_course):
+    student = f"traps09_{i}"
+    chosen = _submission(i)
+    nb = filled(
+        built_course / LESSON / f"{LESSON}.ipynb", {CELLS[n]: code for n, (_, code) in chosen.items()}
+    )
+    submit(nb, LESSON, student)
+    result = course.autograde(LESSON, student)
+    for name, (trap, _) in chosen.items():
+        assert result["grades"][HIDDEN[name]][0] == 0, (name, trap, result["grades"])
+        message = cell_error(course.autograded_path(LESSON, student), HIDDEN[name])
+        assert f"Diagnosis: {trap}." in message, message
+
+
+ALTERNATIVE = {
+    # attention by PyTorch's fused kernel; the cache grows with torch.concat
+    "ex09_kv_cache_step": """
+def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+    K = torch.concat((K_cache, x_t @ W_k), -2)
+    V = torch.concat((V_cache, x_t @ W_v), -2)
+    return F.scaled_dot_product_attention(x_t @ W_q, K, V), K, V
+""",
+    # recomputing without a cache gives the same numbers: right, only slower
+    "ex09_decode_with_cache": """
+def decode_with_cache(X, W_q, W_k, W_v):
+    return F.scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v, is_causal=True)
+""",
+    "ex09_kv_cache_bytes": """
+def kv_cache_bytes(n_layers, n_kv_heads, d_head, n_tokens, batch=1, bytes_per_value=2):
+    keys_and_values = 2
+    return math.prod([keys_and_values, n_layers, n_kv_heads, d_head, n_tokens, batch, bytes_per_value])
+""",
+}
+
+
+@pytest.mark.slow
+def test_correct_but_different_implementation_gets_full_marks(built_course):
+    nb = filled(built_course / LESSON / f"{LESSON}.ipynb", ALTERNATIVE)
+    submit(nb, LESSON, "alternative09")
+    result = course.autograde(LESSON, "alternative09")
+    assert result["max_score"] == 15
+    assert result["score"] == result["max_score"], result["grades"]
+
+
+def test_correct_but_different_implementations_pass_the_harness():
+    """The alternative submission above passes grader.check directly (fast, and on CUDA when present)."""
+    import grader
+
+    scope = {"math": math, "torch": torch, "F": F}
+    for src in ALTERNATIVE.values():
+        exec(src, scope)
+    for name in TRAP_CODE:
+        grader.check(name, scope[name])
