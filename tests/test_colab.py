@@ -327,9 +327,7 @@ def test_apply_puts_badges_and_setup_cell_in_every_lesson_and_is_idempotent(less
         assert platforms.badges(EXAMPLE, path.stem) in title
         assert nb.cells[1].id == "colab-setup" and nb.cells[1].source == platforms.setup_cell_source(EXAMPLE)
         rest = [c.source for c in original.cells[1:] if c.get("id") != "colab-setup"]
-        assert [c.source for c in nb.cells[2:]] == rest, (
-            "nothing else moves"
-        )
+        assert [c.source for c in nb.cells[2:]] == rest, "nothing else moves"
         total = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells)
         assert f"**Points: {total}**" in title
 

@@ -1,0 +1,414 @@
+"""The explorers as a student sees them: JupyterLab in headless Chromium, driven from the keyboard.
+
+For the fixture notebook and every lesson in notebooks/ that uses the explorers
+(with the exercises filled in, as a student who has done them), this starts
+JupyterLab on a private copy, opens the notebook, runs all cells, checks that each
+explorer renders, moves its controls with the keyboard and asserts that what is
+displayed changes as it should. Screenshots go to test-artifacts/browser/.
+
+Needs Chromium at /usr/bin/chromium (or $ATTENTION_COURSE_CHROMIUM) and the
+``playwright`` package; ``.ci/install_browser.sh`` installs both. Skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.nbtools import ROOT, filled, solution_sources
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = os.environ.get("ATTENTION_COURSE_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+FIXTURE = ROOT / "tests" / "fixtures" / "explorers_demo.ipynb"
+TIMEOUT_MS = 180_000
+EXPLORER_CALL = re.compile(
+    r"\s*(\w+\.)*(head_dimension_explorer|sharpness_explorer|stage_stepper|cell_explainer|row_follower)\("
+)
+
+
+def _why_no_browser() -> str | None:
+    if not Path(CHROMIUM).is_file():
+        return f"no Chromium at {CHROMIUM}: run .ci/install_browser.sh (Debian's chromium) to enable the browser tests"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return (
+            "the playwright package is not installed: run .ci/install_browser.sh to enable the browser tests"
+        )
+    return None
+
+
+def lessons_with_explorers() -> list[Path]:
+    """Student notebooks that use the explorers."""
+    return sorted(
+        p for p in (ROOT / "notebooks").glob("*/*.ipynb") if "attention_course.explorers" in p.read_text()
+    )
+
+
+NOTEBOOKS = [pytest.param(FIXTURE, id="fixture")] + [
+    pytest.param(p, id=p.parent.name) for p in lessons_with_explorers()
+]
+
+
+# ------------------------------------------------------------------ JupyterLab
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _prepare(path: Path, dest: Path) -> Path:
+    """Copy a notebook into the private course folder; a lesson gets its exercises filled in."""
+    if path == FIXTURE:
+        target = dest / "fixture" / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+        return target
+    lesson = path.parent.name
+    target = dest / lesson / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(filled(path, solution_sources(lesson)), target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on a free local port, rooted at a private folder; stopped afterwards."""
+    why = _why_no_browser()
+    if why:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("course")
+    home = tmp_path_factory.mktemp("jupyter")
+    settings = home / "settings"
+    for plugin, values in {
+        "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    }.items():
+        target = settings / f"{plugin}.jupyterlab-settings"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
+    token = secrets.token_hex(16)
+    port = _free_port()
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    env.pop("NBGRADER_EXECUTION", None)
+    log = open(home / "lab.log", "w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.open_browser=False",
+            f"--ServerApp.root_dir={root}",
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("JupyterLab did not start:\n" + (home / "lab.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield {"base": base, "token": token, "root": root}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-dev-shm-usage"],
+            )
+        except Exception as error:  # e.g. a Chromium that lacks its libraries here
+            pytest.skip(
+                f"Chromium at {CHROMIUM} would not start ({type(error).__name__}): no browser tests here"
+            )
+        yield b
+        b.close()
+
+
+# ------------------------------------------------------------------- helpers
+
+
+class Shots:
+    def __init__(self, prefix: str):
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.prefix, self.n = prefix, 0
+
+    def __call__(self, target, what: str) -> None:
+        self.n += 1
+        target.screenshot(path=str(ARTIFACTS / f"{self.prefix}-{self.n:02d}-{what}.png"))
+
+
+def _text(locator) -> str:
+    return locator.inner_text(timeout=TIMEOUT_MS)
+
+
+def _wait_change(read, old, timeout_s: float = 60.0):
+    """Poll ``read()`` until it differs from ``old``; returns the new value."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        new = read()
+        if new != old:
+            return new
+        time.sleep(0.1)
+    raise AssertionError(f"the display did not change (still {old!r})")
+
+
+def _wait_for(read, predicate, timeout_s: float = 60.0):
+    deadline = time.time() + timeout_s
+    value = read()
+    while not predicate(value):
+        if time.time() > deadline:
+            raise AssertionError(f"timed out; last value: {value!r}")
+        time.sleep(0.1)
+        value = read()
+    return value
+
+
+def _entropy(readout: str) -> float:
+    return float(re.search(r"entropy ([\d.]+) nats", readout).group(1))
+
+
+def _d_k(readout: str) -> int:
+    return int(re.search(r"d_k = (\d+)", readout).group(1))
+
+
+def _shut_down_kernels(lab) -> None:
+    """Stop every kernel the server runs (each notebook gets a fresh one)."""
+    headers = {"Authorization": f"token {lab['token']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{lab['base']}/api/sessions", headers=headers)) as r:
+        sessions = json.load(r)
+    for session in sessions:
+        url = f"{lab['base']}/api/sessions/{session['id']}"
+        urllib.request.urlopen(urllib.request.Request(url, headers=headers, method="DELETE")).close()
+
+
+def _run_all(page) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+
+# ---------------------------------------------------------- per-explorer checks
+
+
+def check_head_dimension(ex, shot) -> None:
+    readout = ex.locator(".ac-readout")
+    img = ex.locator("img.ac-figure")
+    handle = ex.locator(".ac-d_k [role=slider]").first
+    handle.focus()
+    handle.press("Home")
+    at_1 = _wait_for(lambda: _text(readout), lambda t: _d_k(t) == 1)
+    assert "scaling changes nothing" in at_1
+    shot(ex, "d_k-1")
+    src = img.get_attribute("src")
+    entropies = {1: _entropy(at_1)}
+    while _d_k(_text(readout)) < 64:  # PageUp jumps several steps; Arrow keys one
+        before = _text(readout)
+        handle.press("PageUp" if _d_k(before) <= 59 else "ArrowRight")
+        now = _wait_change(lambda: _text(readout), before)
+        entropies[_d_k(now)] = _entropy(now)
+    at_64 = _text(readout)
+    assert _d_k(at_64) == 64, at_64
+    assert img.get_attribute("src") != src, "the figure did not change"
+    shot(ex, "d_k-64-unscaled")
+    assert entropies[64] < entropies[1], f"entropy should fall as d_k grows unscaled: {entropies}"
+    assert entropies[64] < 0.2 and "Saturated" in at_64, at_64
+    toggle = ex.locator("button.ac-scale")
+    toggle.focus()
+    toggle.press("Space")
+    scaled = _wait_for(lambda: _text(readout), lambda t: "scaled by 1/sqrt(d_k)" in t)
+    assert _entropy(scaled) > 1.0, scaled
+    shot(ex, "d_k-64-scaled")
+
+
+def check_sharpness(ex, shot) -> None:
+    readout = ex.locator(".ac-readout")
+    swatch = ex.locator(".ac-swatch")
+    colour = swatch.get_attribute("title")
+    handle = ex.locator(".ac-sharpness [role=slider]").first
+    handle.focus()
+    before = _text(readout)
+    shot(ex, "sharpness-start")
+    handle.press("End")
+    after = _wait_change(lambda: _text(readout), before)
+    assert "sharpness 30" in after, after
+    assert swatch.get_attribute("title") != colour, "the swatch did not change with sharpness"
+    assert "Almost a hard look-up" in after
+    shot(ex, "sharpness-30")
+    preset = ex.locator("button.ac-preset", has_text="query [0.0, 1.0]")
+    preset.focus()
+    preset.press("Enter")
+    now = _wait_for(lambda: _text(readout), lambda t: "query [0, 1]" in t)
+    assert "'green'" in now, now
+    shot(ex, "preset-green")
+
+
+def check_stage_stepper(ex, shot) -> None:
+    name = ex.locator(".ac-stage-name")
+    readout = ex.locator(".ac-readout")
+    handle = ex.locator(".ac-stage [role=slider]").first
+    handle.focus()
+    handle.press("Home")
+    first = _wait_for(lambda: _text(name), lambda t: t.startswith("1."))
+    shot(ex, "stage-1")
+    handle.press("ArrowRight")
+    second = _wait_change(lambda: _text(name), first)
+    assert second.startswith("2.") and "scaled" in second, second
+    handle.press("End")
+    last = _wait_for(lambda: _text(name), lambda t: "output" in t)
+    shot(ex, "stage-last")
+    row = _text(readout)
+    buttons = ex.locator(".ac-query button")
+    buttons.first.focus()
+    buttons.first.press("Enter")
+    moved = _wait_change(lambda: _text(readout), row)
+    assert moved.startswith("O["), moved
+    assert last
+    shot(ex, "query-first")
+
+
+def check_cell_explainer(ex, shot) -> None:
+    explanation = ex.locator(".ac-explanation")
+    cells = ex.locator(".ac-cell")
+    assert cells.count() >= 6 * 9
+    a_cells = ex.locator("[class*='ac-cell-A-']")
+    target = a_cells.nth(a_cells.count() - 2)
+    assert "=" in (target.get_attribute("title") or ""), "pointing at a cell shows its arithmetic"
+    before = _text(explanation)
+    target.click()
+    text = _wait_change(lambda: _text(explanation), before)
+    assert "exp(x - max)" in text and "/ row sum" in text, text
+    shot(ex, "explain-A")
+    s_cell = ex.locator("[class*='ac-cell-S-']").nth(1)
+    s_cell.focus()
+    s_cell.press("Enter")
+    text = _wait_for(lambda: _text(explanation), lambda t: t.lstrip().startswith("S["))
+    assert "sqrt(d_k)" in text, text
+    assert re.search(r"q_\S+ \. k_\S+ = ", text), text
+    shot(ex, "explain-S")
+    story = ex.locator(".ac-row-story")
+    before = _text(story)
+    follow = ex.locator(".ac-follow button").first
+    follow.focus()
+    follow.press("Enter")
+    assert "Following" in _wait_change(lambda: _text(story), before)
+    shot(ex, "follow-first")
+
+
+CHECKS = {
+    "ac-head-dimension": check_head_dimension,
+    "ac-sharpness": check_sharpness,
+    "ac-stage-stepper": check_stage_stepper,
+    "ac-cell-explainer": check_cell_explainer,
+}
+
+
+# ---------------------------------------------------------------------- test
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
+    target = _prepare(notebook, lab["root"])
+    rel = target.relative_to(lab["root"]).as_posix()
+    prefix = target.stem
+    shot = Shots(prefix)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        # A workspace of its own, reset: no tabs restored from the notebooks opened before.
+        page.goto(f"{lab['base']}/lab/workspaces/{prefix}/tree/{rel}?reset&token={lab['token']}")
+        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        panel.locator(".jp-Cell").first.wait_for()
+        idle = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
+        page.wait_for_function(idle)  # the kernel is up
+        _run_all(page)
+        expected = sum(
+            bool(EXPLORER_CALL.match(c.source.strip().splitlines()[-1]))
+            for c in nbformat.read(target, as_version=4).cells
+            if c.cell_type == "code" and c.source.strip()
+        )
+        page.wait_for_function(
+            "n => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ac-explorer').length >= n",
+            arg=max(1, expected),
+            timeout=TIMEOUT_MS,
+        )
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.textContent.includes('*'))",
+            timeout=TIMEOUT_MS,
+        )
+        page.wait_for_function(idle)
+        stderr = panel.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+        assert stderr.count() == 0, "a cell wrote to stderr:\n" + "\n".join(stderr.all_inner_texts())
+        explorers = panel.locator(".ac-explorer")
+        kinds = []
+        for n in range(explorers.count()):
+            ex = explorers.nth(n)
+            ex.scroll_into_view_if_needed()
+            assert ex.locator("img.ac-figure, .ac-cell").count() > 0, "the explorer did not render"
+            cls = ex.get_attribute("class") or ""
+            kind = next(k for k in CHECKS if k in cls.split())
+            kinds.append(kind)
+            shot(ex, kind.removeprefix("ac-"))
+            CHECKS[kind](ex, lambda t, what, k=kind, n=n: shot(t, f"{k.removeprefix('ac-')}{n}-{what}"))
+        assert kinds, "no explorer on the page"
+        if notebook == FIXTURE:
+            assert sorted(kinds) == sorted(CHECKS), kinds
+        assert not errors, f"JavaScript errors: {errors}"
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+        _shut_down_kernels(lab)
