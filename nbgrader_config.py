@@ -29,11 +29,23 @@ c.NbGrader.logfile = os.path.join(WORK, "nbgrader.log")
 
 # Lessons run in seconds; a cell that takes a minute is a runaway loop.
 c.Execute.timeout = 60
-# Hidden tests must never appear in what students get back.
+# Hidden tests must never appear in what students get back: ClearHiddenTests strips them
+# from the sources, ScrubTracebacks from error outputs; ResultsSummary puts every check's
+# result and diagnosis at the top (grader/classroom/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "grader.classroom.feedback.ScrubTracebacks",
+    "grader.classroom.feedback.ResultsSummary",
 ]
-# A deleted test cell is put back, not left for manual grading.
+# A deleted test cell is put back, not left for manual grading (RestoreCells: nbgrader's
+# OverwriteCells, fixed for a test cell deleted right after a locked markdown cell).
 c.OverwriteCells.add_missing_cells = True
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "grader.classroom.cells.RestoreCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]

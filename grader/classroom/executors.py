@@ -1,0 +1,218 @@
+"""The one seam between a grading run and the machines that do the work.
+
+An executor takes a function and a list of jobs and yields ``(job, result)``
+pairs as they finish, in any order, where ``result`` is the function's return
+value or the exception that stopped it. Two implementations:
+
+- ``LocalExecutor``: worker processes on this machine (default: one per core);
+- ``DaskExecutor``: a Dask distributed cluster (a scheduler address, or a local
+  cluster for trying it out), for classes that outgrow one machine. Workers
+  need the course installed and ``ATTENTION_COURSE_WORK`` is not needed there:
+  a job carries everything it reads and the result everything it wrote.
+
+Both keep a bounded number of jobs in flight, so a class of 2,000 never sits
+in memory as pickled jobs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+_END = object()
+
+
+def default_workers() -> int:
+    """One worker per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Executor:
+    """Interface: ``run(fn, jobs)`` yields ``(job, result or exception)`` as jobs finish."""
+
+    workers: int = 1
+
+    def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop every worker now (also used on Ctrl-C)."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _init_worker(initializer: Callable[[], None] | None) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    try:  # and if the coordinator is killed, its workers go too (Linux)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+    if initializer is not None:
+        initializer()
+
+
+class LocalExecutor(Executor):
+    """A pool of worker processes on this machine (spawned, so they start clean)."""
+
+    def __init__(self, workers: int | None = None, initializer: Callable[[], None] | None = None):
+        self.workers = workers or default_workers()
+        self._initializer = initializer
+        self._pool = None
+
+    def _new_pool(self):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(self._initializer,),
+        )
+
+    def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        source = iter(jobs)
+        pending: list[Any] = []
+        attempts: dict[int, int] = {}
+        in_flight: dict[Any, Any] = {}
+        if self._pool is None:
+            self._pool = self._new_pool()
+        window = 2 * self.workers
+        exhausted = False
+        while True:
+            while len(in_flight) < window:
+                if pending:
+                    job = pending.pop()
+                elif not exhausted:
+                    job = next(source, _END)
+                    if job is _END:
+                        exhausted = True
+                        break
+                else:
+                    break
+                in_flight[self._pool.submit(fn, job)] = job
+            if not in_flight:
+                break
+            done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            broken = []
+            for fut in done:
+                job = in_flight.pop(fut)
+                try:
+                    yield job, fut.result()
+                except BrokenProcessPool:
+                    broken.append(job)
+                except BaseException as e:  # noqa: BLE001 - the job's own failure is its result
+                    yield job, e
+            if broken:
+                # a worker died (killed, out of memory): start a new pool and retry what it had, once
+                broken += list(in_flight.values())
+                in_flight.clear()
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._new_pool()
+                for job in broken:
+                    n = attempts.get(id(job), 0) + 1
+                    attempts[id(job)] = n
+                    if n > 2:
+                        yield job, RuntimeError("the worker process died twice while grading this submission")
+                    else:
+                        pending.append(job)
+
+    def close(self) -> None:
+        if self._pool is None:
+            return
+        processes = list(getattr(self._pool, "_processes", {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            try:
+                p.terminate()
+            except Exception:  # noqa: BLE001
+                pass
+        for p in processes:
+            p.join(timeout=10)
+        self._pool = None
+
+
+class DaskExecutor(Executor):
+    """Run jobs on a Dask distributed cluster.
+
+    ``address``: a running scheduler (``tcp://host:8786``); without one, a local
+    cluster of ``workers`` single-threaded worker processes is started.
+    """
+
+    def __init__(self, address: str | None = None, workers: int | None = None):
+        from distributed import Client, LocalCluster
+
+        self._cluster = None
+        if address:
+            self._client = Client(address)
+        else:
+            self._cluster = LocalCluster(
+                n_workers=workers or default_workers(),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                memory_limit=0,
+            )
+            self._client = Client(self._cluster)
+        self.workers = max(1, len(self._client.scheduler_info().get("workers", {})) or (workers or 1))
+
+    def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        from distributed import as_completed
+
+        source = iter(jobs)
+        window = 2 * self.workers
+        futures = {}
+        first = []
+        while len(first) < window:
+            job = next(source, _END)
+            if job is _END:
+                break
+            fut = self._client.submit(fn, job, pure=False)
+            futures[fut.key] = job
+            first.append(fut)
+        stream = as_completed(first)
+        for fut in stream:
+            job = futures.pop(fut.key)
+            try:
+                yield job, fut.result()
+            except BaseException as e:  # noqa: BLE001 - the job's own failure is its result
+                yield job, e
+            fut.release()
+            nxt = next(source, _END)
+            if nxt is not _END:
+                new = self._client.submit(fn, nxt, pure=False)
+                futures[new.key] = nxt
+                stream.add(new)
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        finally:
+            if self._cluster is not None:
+                self._cluster.close()
+
+
+def make(
+    kind: str = "local", workers: int | None = None, address: str | None = None, initializer=None
+) -> Executor:
+    """An executor by name: ``local`` or ``dask``."""
+    if kind == "local":
+        return LocalExecutor(workers, initializer)
+    if kind == "dask":
+        return DaskExecutor(address, workers)
+    raise ValueError(f"unknown executor {kind!r} (use 'local' or 'dask')")

@@ -1,0 +1,282 @@
+"""Feedback: one HTML page per student and lesson, with every check's result and diagnosis.
+
+nbgrader's ``generate_feedback`` renders the autograded notebook; its
+``ClearHiddenTests`` removes hidden blocks from the cell sources but not from
+tracebacks already in the outputs. The two preprocessors here (configured in
+``nbgrader_config.py``, so plain ``nbgrader generate_feedback`` uses them too)
+close that gap and add a summary:
+
+- ``ScrubTracebacks``: a check cell's error keeps only ``Error: message`` (the
+  message names what differs and the diagnosis; the frames would show test
+  code), any traceback through the grading package is cut the same way, and
+  output that repeats a hidden line is dropped;
+- ``ResultsSummary``: a table at the top: each check, its points, passed or
+  not, and what to fix.
+
+Every page written is then scanned for hidden-test lines; a page that shows
+one is deleted and reported, never left for students.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from nbformat import NotebookNode
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from grader import course
+from grader.classroom import lessons
+
+STATUS_NOTES = {
+    "syntax error": "A cell has a syntax error, so the code in it was not defined: fix it and run the cell.",
+    "timed out": "A cell ran past the time limit and was stopped (an endless loop?).",
+    "out of memory": "A cell used more memory than allowed and was stopped.",
+    "exited": "A cell called sys.exit(): the code after that point in the cell did not run.",
+    "kernel died": (
+        "The notebook's kernel stopped (os._exit, exit(), a crash, or the memory limit): "
+        "the checks after that point did not run."
+    ),
+    "invalid notebook": "The file handed in is not a readable notebook: hand in the .ipynb saved from Jupyter.",
+    "not attempted": "No exercise was attempted: write your code where a cell says YOUR CODE HERE.",
+}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _is_grade(cell: Any) -> bool:
+    return cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade", False)
+
+
+def _hidden_lines(resources: dict) -> set[str]:
+    lesson = resources.get("nbgrader", {}).get("assignment")
+    try:
+        les = lessons.lesson(lesson)
+    except (OSError, TypeError):
+        return set()
+    visible = set()
+    for c in les.tests:
+        visible.update(ln.strip() for ln in lessons.HIDDEN_BLOCK.sub("", c.source).splitlines())
+    return {ln for ln in les.hidden_lines() if ln not in visible}
+
+
+class ScrubTracebacks(NbGraderPreprocessor):
+    """Reduce error outputs of check cells (and any through the grading package) to their message."""
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        hidden = _hidden_lines(resources)
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            grade = _is_grade(cell)
+            kept = []
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    frames = "\n".join(ANSI.sub("", t) for t in out.get("traceback", []))
+                    if grade or "grader" in frames or any(h in frames for h in hidden):
+                        out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
+                text = json.dumps(out)
+                if any(h in text for h in hidden if len(h) > 6) and out.get("output_type") != "error":
+                    continue  # output that repeats hidden test code
+                kept.append(out)
+            cell.outputs = kept
+        return nb, resources
+
+
+def _first_lines(message: str) -> tuple[str, str | None]:
+    """(what differs, diagnosis) from a check's message."""
+    diagnosis = None
+    if "Diagnosis: " in message:
+        diagnosis = message.split("Diagnosis: ", 1)[1].strip()
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    what = next((ln[len("What differs: ") :] for ln in lines if ln.startswith("What differs: ")), None)
+    if what is None:
+        what = lines[0] if lines else ""
+    return what, diagnosis
+
+
+def _record(resources: dict) -> dict:
+    nbg = resources.get("nbgrader", {})
+    path = (
+        course.work_dir()
+        / "classroom"
+        / "results"
+        / str(nbg.get("assignment"))
+        / f"{nbg.get('student')}.json"
+    )
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class ResultsSummary(NbGraderPreprocessor):
+    """A table at the top of the feedback: every check, its points, and what to fix."""
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        rows = []
+        earned = total = 0.0
+        for cell in nb.cells:
+            if not _is_grade(cell):
+                continue
+            meta = cell.metadata["nbgrader"]
+            points = float(meta.get("points", 0) or 0)
+            score = meta.get("score")
+            score = float(score) if score is not None else 0.0
+            earned += score
+            total += points
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if score >= points and not errors:
+                rows.append((meta["grade_id"], f"{score:g} / {points:g}", "passed", ""))
+                continue
+            message = f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}" if errors else "failed"
+            what, diagnosis = _first_lines(str(errors[0].get("evalue", "")) if errors else "")
+            if not what:
+                what = message
+            fix = html.escape(what)
+            if diagnosis:
+                fix += f"<br><b>Diagnosis:</b> {html.escape(diagnosis)}"
+            rows.append((meta["grade_id"], f"{score:g} / {points:g}", "not yet", fix))
+        if not rows:
+            return nb, resources
+        status = _record(resources).get("status")
+        lines = [f"## Your results: {earned:g} / {total:g} points", ""]
+        if status in STATUS_NOTES:
+            lines += [f"**Note:** {STATUS_NOTES[status]}", ""]
+        lines += ["| check | points | result | what to fix |", "|---|---|---|---|"]
+        for gid, pts, result, fix in rows:
+            lines.append(
+                f"| `{gid}` | {pts} | {result} | {fix.replace('|', '&#124;').replace(chr(10), ' ')} |"
+            )
+        lines += ["", "Each check's full message is in the notebook below, under its cell."]
+        summary = NotebookNode(cell_type="markdown", metadata={}, source="\n".join(lines))
+        if "id" in (nb.cells[0] if nb.cells else {}):
+            summary["id"] = "classroom-results-summary"
+        nb.cells.insert(0, summary)
+        return nb, resources
+
+
+# ------------------------------------------------------------------ leaks
+
+
+def page_text(page: str) -> str:
+    """What a reader sees in an HTML page: no scripts or styles, tags removed, entities decoded."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S | re.I)
+    page = re.sub(r"<[^>]+>", "", page)
+    return html.unescape(page)
+
+
+def leaks(page: str, lesson_id: str, student_code: str = "") -> list[str]:
+    """Hidden-test lines (and markers) visible in a feedback page, except those the student wrote."""
+    text = page_text(page)
+    found = []
+    for marker in ("BEGIN HIDDEN", "END HIDDEN", "grader.check"):
+        if marker in text and marker not in student_code:
+            found.append(marker)
+    les = lessons.lesson(lesson_id)
+    visible = set()
+    for c in les.tests:
+        visible.update(ln.strip() for ln in lessons.HIDDEN_BLOCK.sub("", c.source).splitlines())
+    text_lines = {ln.strip() for ln in text.splitlines()}
+    for line in les.hidden_lines():
+        if line in visible or line in student_code:
+            continue
+        if line in text_lines or (len(line) > 12 and line in text):
+            found.append(line)
+    return found
+
+
+def student_code(lesson_id: str, student: str) -> str:
+    """Every code cell the student handed in (their own lines may repeat a hidden one)."""
+    path = course.submission_path(lesson_id, student)
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ""
+    out = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            src = cell.get("source", "")
+            out.append("".join(src) if isinstance(src, list) else src)
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ generating
+
+
+def feedback_path(lesson_id: str, student: str) -> Path:
+    return course.work_dir() / "feedback" / student / lesson_id / f"{lesson_id}.html"
+
+
+def feedback_job(item: tuple[str, str]) -> dict:
+    """Generate one student's feedback for one lesson with nbgrader; check it for leaks."""
+    lesson_id, student = item
+    try:
+        course.ensure_tools_on_path()
+        result = course.api().generate_feedback(lesson_id, student, force=True)
+        path = feedback_path(lesson_id, student)
+        if not result["success"] or not path.exists():
+            return {"lesson": lesson_id, "student": student, "error": (result.get("log") or "")[-2000:]}
+        found = leaks(path.read_text(), lesson_id, student_code(lesson_id, student))
+        if found:
+            path.unlink()
+            return {
+                "lesson": lesson_id,
+                "student": student,
+                "error": f"hidden test code in the page: {found[:3]}",
+            }
+        return {"lesson": lesson_id, "student": student, "path": str(path)}
+    except Exception as e:  # noqa: BLE001 - one page never stops the rest
+        return {"lesson": lesson_id, "student": student, "error": f"{type(e).__name__}: {e}"}
+
+
+def graded_pairs(
+    only_lessons: list[str] | None = None, only_students: list[str] | None = None
+) -> list[tuple[str, str]]:
+    pairs = []
+    root = course.work_dir() / "autograded"
+    for lesson_id in only_lessons or course.lessons():
+        for nb in sorted(root.glob(f"*/{lesson_id}/{lesson_id}.ipynb")):
+            student = nb.parent.parent.name
+            if only_students and student not in only_students:
+                continue
+            pairs.append((lesson_id, student))
+    return pairs
+
+
+def generate(
+    only_lessons: list[str] | None = None,
+    only_students: list[str] | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Feedback for every autograded submission; returns one dict per page (path or error)."""
+    from grader.classroom import executors
+    from grader.classroom.progress import Progress
+
+    pairs = graded_pairs(only_lessons, only_students)
+    if not pairs:
+        return []
+    bar = Progress(len(pairs), "pages") if progress else None
+    results = []
+    if workers == 1 or len(pairs) < 4:
+        stream = ((p, feedback_job(p)) for p in pairs)
+        ex = None
+    else:
+        ex = executors.LocalExecutor(min(workers or executors.default_workers(), len(pairs)))
+        stream = ex.run(feedback_job, pairs)
+    try:
+        for item, res in stream:
+            if isinstance(res, BaseException):
+                res = {"lesson": item[0], "student": item[1], "error": repr(res)}
+            results.append(res)
+            if bar:
+                bar.update(f"{item[1]}/{item[0]}", problem="error" in res)
+    finally:
+        if ex is not None:
+            ex.close()
+        if bar:
+            bar.close()
+    return results

@@ -1,0 +1,409 @@
+"""Grade a whole class: every submission of every lesson, several at a time, resumable.
+
+The coordinator (this module) finds the submissions nbgrader expects in
+``<work>/submitted/<student>/<lesson>/<lesson>.ipynb``, skips those already
+graded from the same file, hands the rest to an executor
+(``grader.classroom.executors``) as self-contained jobs
+(``grader.classroom.autograde.grade_job``) and is the only writer of the
+course: for each finished job it writes the autograded folder, then the
+gradebook (nbgrader's own SaveAutoGrades and AssignLatePenalties on the
+final notebook), then a small JSON record in ``<work>/classroom/results/``.
+That record is written last, so a run killed at any point and run again
+grades exactly what is missing and ends with the same gradebook.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader import course
+from grader.classroom import executors, lessons
+from grader.classroom.autograde import (
+    Job,
+    JobResult,
+    Options,
+    default_protected,
+    digest_of,
+    grade_job,
+    warm_up,
+)
+
+
+def classroom_dir() -> Path:
+    return course.work_dir() / "classroom"
+
+
+def results_dir() -> Path:
+    return classroom_dir() / "results"
+
+
+def record_path(lesson: str, student: str) -> Path:
+    return results_dir() / lesson / f"{student}.json"
+
+
+@dataclass
+class Submission:
+    student: str
+    lesson: str
+    path: Path
+
+    @property
+    def timestamp(self) -> str | None:
+        ts = self.path.parent / "timestamp.txt"
+        return ts.read_text().strip() or None if ts.exists() else None
+
+    def digest(self) -> str:
+        return digest_of(self.path.read_bytes(), self.timestamp)
+
+
+def submissions(
+    only_lessons: list[str] | None = None, only_students: list[str] | None = None
+) -> list[Submission]:
+    """Every submitted notebook of the lessons that exist, by lesson then student."""
+    found = []
+    root = course.work_dir() / "submitted"
+    for lesson in only_lessons or course.lessons():
+        for path in sorted(root.glob(f"*/{lesson}/{lesson}.ipynb")):
+            student = path.parent.parent.name
+            if only_students and student not in only_students:
+                continue
+            found.append(Submission(student, lesson, path))
+    return found
+
+
+# ------------------------------------------------------------------ the course's gradebook
+
+
+def course_config() -> Any:
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return Config(PyFileConfigLoader("nbgrader_config.py", path=str(course.ROOT)).load_config())
+
+
+def gradebook_url() -> str:
+    return "sqlite:///" + str(course.work_dir() / "gradebook.db")
+
+
+def _db_path() -> Path:
+    return Path(gradebook_url()[len("sqlite:///") :])
+
+
+def _gradebook_cells(lesson_id: str) -> tuple[dict[str, tuple[str, float]], set[str]] | None:
+    """What the gradebook holds for a lesson: its test cells (grade id -> (source, points)) and
+    the names of all its recorded cells; None if it holds nothing."""
+    if not _db_path().exists():
+        return None
+    where = "JOIN notebook n ON s.notebook_id = n.id JOIN assignment a ON n.assignment_id = a.id WHERE a.name = ? AND n.name = ?"
+    tests_query = (
+        "SELECT s.name, s.source, g.max_score FROM source_cell s "
+        "JOIN base_cell b ON b.name = s.name AND b.notebook_id = s.notebook_id JOIN grade_cells g ON g.id = b.id "
+        + where
+    )
+    try:
+        with sqlite3.connect(_db_path()) as db:
+            tests = db.execute(tests_query, (lesson_id, lesson_id)).fetchall()
+            names = {
+                r[0] for r in db.execute("SELECT s.name FROM source_cell s " + where, (lesson_id, lesson_id))
+            }
+    except sqlite3.OperationalError:
+        return None
+    if not names:
+        return None
+    return {name: (source, float(points)) for name, source, points in tests}, names
+
+
+def _source_cell_names(lesson_id: str) -> set[str]:
+    import nbformat
+
+    nb = nbformat.read(lessons.lesson(lesson_id).path, as_version=4)
+    return {
+        c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+    }
+
+
+def ensure_gradebook(lesson_ids: list[str]) -> list[str]:
+    """Record in the gradebook every lesson it lacks, or whose recorded cells changed since; return those."""
+    stale = []
+    for lesson_id in lesson_ids:
+        held = _gradebook_cells(lesson_id)
+        want = {c.grade_id: (c.source.strip(), c.points) for c in lessons.lesson(lesson_id).tests}
+        if (
+            held is None
+            or {k: (v[0].strip(), v[1]) for k, v in held[0].items()} != want
+            or held[1] != _source_cell_names(lesson_id)
+        ):
+            stale.append(lesson_id)
+    if stale:
+        try:
+            with tempfile.TemporaryDirectory(prefix="classroom-release-") as tmp:
+                course.build_notebooks(release_dir=Path(tmp), only=stale)
+        except RuntimeError as e:
+            if "submissions associated" in str(e):
+                raise RuntimeError(
+                    f"The cells of {', '.join(stale)} changed after submissions were graded, and nbgrader "
+                    "cannot change a lesson that has submissions. Either restore the lesson as it was "
+                    "released, or (to regrade everyone against the new version) remove it from the "
+                    "gradebook first: nbgrader db assignment remove <lesson> --force"
+                ) from None
+            raise
+    return stale
+
+
+def template() -> bytes:
+    """The course's gradebook with its assignments and no students: each job's private copy."""
+    with tempfile.TemporaryDirectory(prefix="classroom-template-") as tmp:
+        dest = Path(tmp) / "template.db"
+        src = sqlite3.connect(_db_path())
+        dst = sqlite3.connect(dest)
+        with dst:
+            src.backup(dst)
+        src.close()
+        with dst:
+            for table in ("grade", "comment", "submitted_notebook", "submitted_assignment", "student"):
+                dst.execute(f"DELETE FROM {table}")
+        dst.execute("VACUUM")
+        dst.close()
+        return dest.read_bytes()
+
+
+def _retry(fn, *args: Any, attempts: int = 30) -> Any:
+    """Run fn, waiting and retrying while SQLite says the database is locked (the formgrader is open)."""
+    import sqlalchemy
+
+    for i in range(attempts):
+        try:
+            return fn(*args)
+        except (sqlite3.OperationalError, sqlalchemy.exc.OperationalError) as e:
+            if "locked" not in str(e) or i == attempts - 1:
+                raise
+            time.sleep(min(0.1 * 2**i, 2.0))
+    return None
+
+
+def _write_gradebook(result: JobResult, timestamp: str | None, cfg: Any) -> None:
+    import warnings
+
+    import nbformat
+    from nbgrader.api import Gradebook
+    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+    from nbgrader.utils import parse_utc
+
+    warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+    url = gradebook_url()
+    with Gradebook(url, cfg.CourseDirectory.get("course_id", "")) as gb:
+        gb.update_or_create_student(result.student)
+        if timestamp:
+            gb.update_or_create_submission(result.lesson, result.student, timestamp=parse_utc(timestamp))
+        else:
+            gb.update_or_create_submission(result.lesson, result.student)
+    nb = nbformat.reads(result.notebook.decode(), as_version=4)
+    resources = {
+        "nbgrader": {
+            "notebook": result.lesson,
+            "assignment": result.lesson,
+            "student": result.student,
+            "db_url": url,
+        }
+    }
+    SaveAutoGrades(config=cfg).preprocess(nb, resources)
+    AssignLatePenalties(config=cfg).preprocess(nb, resources)
+
+
+def _write_files(result: JobResult, timestamp: str | None) -> None:
+    dest = course.autograded_path(result.lesson, result.student)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    files = dict(result.files)
+    files[dest.name] = result.notebook
+    if timestamp and "timestamp.txt" not in files:
+        files["timestamp.txt"] = timestamp.encode()
+    for rel, data in files.items():
+        path = dest.parent / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+def merge(result: JobResult, sub: Submission, cfg: Any, lesson_digest: str) -> None:
+    """Write one finished job into the course: files, gradebook, then the record."""
+    timestamp = sub.timestamp
+    _write_files(result, timestamp)
+    _retry(_write_gradebook, result, timestamp, cfg)
+    record = result.summary()
+    record.update(
+        lesson_digest=lesson_digest, graded_at=datetime.datetime.now().isoformat(timespec="seconds")
+    )
+    path = record_path(result.lesson, result.student)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+
+
+def already_graded(sub: Submission, lesson_digest: str, in_gradebook: set[tuple[str, str]]) -> bool:
+    path = record_path(sub.lesson, sub.student)
+    if not path.exists() or (sub.student, sub.lesson) not in in_gradebook:
+        return False
+    if not course.autograded_path(sub.lesson, sub.student).exists():
+        return False
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        record.get("digest") == sub.digest()
+        and record.get("lesson_digest") == lesson_digest
+        and record.get("status") != "grading failed"
+    )
+
+
+def graded_in_gradebook() -> set[tuple[str, str]]:
+    if not _db_path().exists():
+        return set()
+    with sqlite3.connect(_db_path()) as db:
+        try:
+            rows = db.execute(
+                "SELECT s.student_id, a.name FROM submitted_assignment s JOIN assignment a ON s.assignment_id = a.id"
+            )
+            return {(r[0], r[1]) for r in rows}
+        except sqlite3.OperationalError:
+            return set()
+
+
+def load_records(only_lessons: list[str] | None = None) -> list[dict]:
+    """Every grading record, by lesson then student."""
+    out = []
+    for lesson in only_lessons or course.lessons():
+        for path in sorted((results_dir() / lesson).glob("*.json")):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+# ------------------------------------------------------------------ a run
+
+
+@dataclass
+class RunSummary:
+    total: int = 0
+    graded: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    workers: int = 0
+    executor: str = "local"
+    by_status: dict[str, int] = field(default_factory=dict)
+    flagged: list[dict] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def per_minute(self) -> float:
+        return 60.0 * self.graded / self.seconds if self.seconds > 0 else 0.0
+
+
+def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options):
+    for sub in todo:
+        data = sub.path.read_bytes()
+        ts = sub.timestamp
+        yield Job(sub.student, sub.lesson, data, template_bytes, ts, digest_of(data, ts), options)
+
+
+def grade(
+    only_lessons: list[str] | None = None,
+    only_students: list[str] | None = None,
+    *,
+    options: Options | None = None,
+    workers: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    limit: int | None = None,
+) -> RunSummary:
+    """Autograde every submission not graded yet (``force``: all of them); return a summary."""
+    from grader.classroom.progress import Progress
+
+    options = options or Options()
+    if not options.protect:
+        options.protect = default_protected()
+    course.ensure_tools_on_path()
+    lesson_ids = only_lessons or course.lessons()
+    ensure_gradebook(lesson_ids)
+    subs = submissions(lesson_ids, only_students)
+    digests = {lid: lessons.lesson(lid).digest for lid in lesson_ids}
+    in_gb = graded_in_gradebook()
+    todo = [s for s in subs if force or not already_graded(s, digests[s.lesson], in_gb)]
+    if limit is not None:
+        todo = todo[:limit]
+    summary = RunSummary(total=len(subs), skipped=len(subs) - len(todo), executor=executor)
+    if not todo:
+        return summary
+    cfg = course_config()
+    template_bytes = template()
+    by_key = {(s.student, s.lesson): s for s in todo}
+    bar = Progress(len(todo)) if progress else None
+    start = time.perf_counter()
+    ex = executors.make(executor, workers, address, initializer=warm_up)
+    summary.workers = ex.workers
+    try:
+        for job, result in ex.run(grade_job, _job_stream(todo, template_bytes, options)):
+            sub = by_key[(job.student, job.lesson)]
+            if isinstance(result, BaseException):
+                result = JobResult(job.student, job.lesson, job.digest, "grading failed", error=repr(result))
+            if result.error is None and result.notebook is not None:
+                merge(result, sub, cfg, digests[sub.lesson])
+                summary.graded += 1
+                summary.by_status[result.status] = summary.by_status.get(result.status, 0) + 1
+                if result.flags:
+                    summary.flagged.append(
+                        {"student": sub.student, "lesson": sub.lesson, "flags": result.flags}
+                    )
+            else:
+                summary.failed.append({"student": sub.student, "lesson": sub.lesson, "error": result.error})
+            if bar:
+                bar.update(f"{sub.student}/{sub.lesson}", problem=bool(result.flags or result.error))
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        ex.close()
+        if bar:
+            bar.close()
+        summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def format_summary(s: RunSummary) -> str:
+    lines = []
+    head = f"Graded {s.graded} submission{'s' if s.graded != 1 else ''}"
+    if s.graded:
+        head += f" in {s.seconds:.0f} s ({s.per_minute:.1f} notebooks/min, {s.workers} workers, {s.executor})"
+    if s.skipped:
+        head += f"; {s.skipped} already graded from the same file, skipped"
+    lines.append(head + ".")
+    if s.interrupted:
+        lines.append("Interrupted: run the same command again to grade the rest.")
+    if s.by_status:
+        order = sorted(s.by_status.items(), key=lambda kv: (kv[0] != "graded", kv[0]))
+        lines.append("  " + " | ".join(f"{k}: {v}" for k, v in order))
+    if s.flagged:
+        lines.append("Flagged for review (signs of tampering; scores come from the independent checks):")
+        for f in s.flagged:
+            lines.append(f"  {f['student']} / {f['lesson']}: " + "; ".join(f["flags"]))
+    if s.failed:
+        lines.append("Could not be graded (run again to retry; details in the records):")
+        for f in s.failed:
+            first = (f.get("error") or "").strip().splitlines()
+            lines.append(f"  {f['student']} / {f['lesson']}: {first[-1] if first else 'unknown error'}")
+    return "\n".join(lines)

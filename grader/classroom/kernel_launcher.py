@@ -1,0 +1,27 @@
+"""Start an IPython kernel with the memory cap and the guard in place (no fork server).
+
+Usage (by GuardedKernelManager): ``python -m grader.classroom.kernel_launcher SPEC -f CONN``
+where SPEC is JSON ``{"memory": bytes or null, "guard": policy}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+if __name__ == "__main__":
+    spec = json.loads(sys.argv[1])
+    # torch loads its native libraries with ctypes, which the guard then refuses: import it first
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    from grader.classroom import guard
+
+    guard.limit_memory(spec.get("memory"))
+    guard.install(spec.get("guard") or {})
+    from ipykernel.kernelapp import IPKernelApp
+
+    app = IPKernelApp.instance()
+    app.initialize(sys.argv[2:])
+    app.start()

@@ -1,0 +1,140 @@
+"""What the tools need to know about a lesson, read from its instructor source notebook."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import nbformat
+
+from grader import course
+
+CHECK_CALL = re.compile(r"grader\.check\(\s*[\"'](\w+)[\"']\s*,\s*(\w+)\s*\)")
+HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+SOLUTION_BLOCK = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
+
+
+@dataclass
+class Cell:
+    id: str
+    kind: str  # "context", "solution" or "test"
+    source: str
+    grade_id: str | None = None
+    points: float = 0.0
+
+
+@dataclass
+class Lesson:
+    """A lesson's source cells, graded names, test cells and hidden lines."""
+
+    id: str
+    path: Path
+    cells: list[Cell]
+    graded_names: list[str]
+    digest: str
+    checks: dict[str, str] = field(default_factory=dict)  # test grade id -> exercise it checks
+
+    @property
+    def tests(self) -> list[Cell]:
+        return [c for c in self.cells if c.kind == "test"]
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.points for c in self.tests)
+
+    def hidden_lines(self) -> list[str]:
+        """Every non-blank line of every hidden-test block (what must never reach a student)."""
+        lines = []
+        for cell in self.tests:
+            for block in HIDDEN_BLOCK.findall(cell.source):
+                lines += [ln.strip() for ln in block.splitlines() if ln.strip()]
+        return lines
+
+    def exercise_of(self, grade_id: str) -> str:
+        """The function a test cell is about (``test01_project_values`` -> ``project``)."""
+        if grade_id in self.checks:
+            return self.checks[grade_id]
+        m = re.match(r"test\d+_(\w+)$", grade_id)
+        stem = m.group(1) if m else grade_id
+        for name in sorted(self.graded_names, key=len, reverse=True):
+            if stem == name or stem.startswith(name + "_"):
+                return name
+        return stem.rsplit("_", 1)[0] if "_" in stem else stem
+
+
+def _top_level_names(source: str) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return re.findall(r"^def (\w+)", source, re.M)
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    names.append(t.id)
+    return names
+
+
+def _read(path: Path) -> Lesson:
+    raw = path.read_bytes()
+    nb = nbformat.reads(raw.decode(), as_version=4)
+    cells, names, checks = [], [], {}
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code":
+            continue
+        meta = c.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            kind = "solution"
+            names += [n for n in _top_level_names(c.source) if n not in names]
+        elif meta.get("grade"):
+            kind = "test"
+        else:
+            kind = "context"
+        cell = Cell(
+            id=c.get("id") or f"cell-{i}",
+            kind=kind,
+            source=c.source,
+            grade_id=meta.get("grade_id"),
+            points=float(meta.get("points", 0) or 0),
+        )
+        cells.append(cell)
+        if kind == "test":
+            m = CHECK_CALL.search(c.source)
+            if m:
+                checks[cell.grade_id] = m.group(2)
+    lesson = Lesson(path.parent.name, path, cells, names, hashlib.sha256(raw).hexdigest()[:16], checks)
+    return lesson
+
+
+@cache
+def _cached(path: str, mtime: float) -> Lesson:
+    return _read(Path(path))
+
+
+def lesson(lesson_id: str, root: Path = course.ROOT) -> Lesson:
+    """The lesson ``lesson_id`` as its solutions/ notebook has it now."""
+    path = root / "solutions" / lesson_id / f"{lesson_id}.ipynb"
+    return _cached(str(path), path.stat().st_mtime)
+
+
+def all_lessons(root: Path = course.ROOT) -> list[Lesson]:
+    return [lesson(name, root) for name in course.lessons(root)]
+
+
+def lesson_of_grade_ids(grade_ids: set[str], root: Path = course.ROOT) -> str | None:
+    """The lesson whose grade ids a notebook carries most of (to recognise a renamed file)."""
+    best, best_n = None, 0
+    for les in all_lessons(root):
+        ids = {c.grade_id for c in les.cells if c.grade_id}
+        n = len(ids & grade_ids)
+        if n > best_n:
+            best, best_n = les.id, n
+    return best

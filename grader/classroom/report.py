@@ -1,0 +1,263 @@
+"""Export: nbgrader's grades CSV, and a class report an instructor can read in a minute.
+
+Written to ``<work>/report/`` (or ``--out``):
+
+- ``grades.csv``: nbgrader's own export (one row per student and lesson);
+- ``class_report.md``: per-exercise pass rates, the most frequent diagnosed
+  misconceptions, submissions flagged for tampering, the ones that did not run
+  cleanly, and the slowest;
+- ``class_report.png``: the pass rates and the misconceptions in one 16:9
+  chart, ready for a slide;
+- ``exercises.csv``, ``misconceptions.csv``, ``submissions.csv``: the same
+  numbers as tables.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader import course
+from grader.classroom import grading
+
+
+@dataclass
+class ExerciseStats:
+    lesson: str
+    exercise: str
+    submissions: int = 0
+    passed: int = 0  # every check of the exercise got full points
+    points: float = 0.0
+    earned: float = 0.0
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.submissions if self.submissions else 0.0
+
+
+@dataclass
+class ClassReport:
+    exercises: list[ExerciseStats] = field(default_factory=list)
+    misconceptions: list[tuple[str, str, int]] = field(
+        default_factory=list
+    )  # (exercise, diagnosis, students)
+    flagged: list[dict] = field(default_factory=list)
+    problems: list[dict] = field(default_factory=list)  # submissions that did not run cleanly
+    slowest: list[dict] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+    submissions: int = 0
+
+
+def build(records: list[dict]) -> ClassReport:
+    """The class report's numbers, from the grading records."""
+    rep = ClassReport(submissions=len(records))
+    stats: dict[tuple[str, str], ExerciseStats] = {}
+    diag: Counter = Counter()
+    rep.statuses = dict(Counter(r.get("status", "?") for r in records))
+    for r in records:
+        by_ex: dict[str, list[dict]] = defaultdict(list)
+        for c in r.get("cells", []):
+            by_ex[c["exercise"]].append(c)
+        for ex, cells in by_ex.items():
+            s = stats.setdefault((r["lesson"], ex), ExerciseStats(r["lesson"], ex))
+            s.submissions += 1
+            s.points += sum(c["points"] for c in cells)
+            s.earned += sum(c["score"] for c in cells)
+            if all(c["score"] >= c["points"] for c in cells):
+                s.passed += 1
+            seen = {c["diagnosis"] for c in cells if c.get("diagnosis")}
+            for d in seen:
+                diag[(ex, d)] += 1
+        if r.get("flags"):
+            rep.flagged.append({"student": r["student"], "lesson": r["lesson"], "flags": r["flags"]})
+        if r.get("status") not in ("graded",):
+            rep.problems.append(
+                {
+                    "student": r["student"],
+                    "lesson": r["lesson"],
+                    "status": r.get("status"),
+                    "score": r.get("score"),
+                }
+            )
+    rep.exercises = sorted(stats.values(), key=lambda s: (s.lesson, s.exercise))
+    rep.misconceptions = [(ex, d, n) for (ex, d), n in diag.most_common()]
+    rep.slowest = sorted(
+        (
+            {
+                "student": r["student"],
+                "lesson": r["lesson"],
+                "seconds": r.get("seconds", 0),
+                "status": r.get("status"),
+            }
+            for r in records
+        ),
+        key=lambda x: -x["seconds"],
+    )[:10]
+    return rep
+
+
+def chart(rep: ClassReport, path: Path, top: int = 8) -> Path:
+    """Pass rate per exercise and the most frequent misconceptions, one 16:9 figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 9), dpi=100, gridspec_kw={"width_ratios": [1, 1.3]})
+    names = [f"{s.lesson[:2]} {s.exercise}" for s in rep.exercises]
+    rates = [100 * s.pass_rate for s in rep.exercises]
+    y = range(len(names))
+    left.barh(list(y), rates, color="#4c78a8", height=0.6)
+    left.set_ylim(max(len(names), 6) - 0.5, -0.5)
+    left.set_yticks(list(y), names, fontsize=14)
+    left.set_xlim(0, 100)
+    left.set_xlabel("students with every check passed (%)", fontsize=14)
+    left.set_title("Pass rate per exercise", fontsize=18)
+    for i, (r, s) in enumerate(zip(rates, rep.exercises)):
+        left.text(min(r + 1, 88), i, f"{r:.0f}%  ({s.passed}/{s.submissions})", va="center", fontsize=12)
+    worst = rep.misconceptions[:top]
+    if worst:
+        labels = [_wrap(f"{ex}: {d}", 48) for ex, d, _ in worst]
+        counts = [n for _, _, n in worst]
+        yy = range(len(worst))
+        right.barh(list(yy), counts, color="#e45756", height=0.6)
+        right.set_yticks(list(yy), labels, fontsize=12)
+        right.set_ylim(max(len(worst), 6) - 0.5, -0.5)
+        from matplotlib.ticker import MaxNLocator
+
+        right.xaxis.set_major_locator(MaxNLocator(integer=True))
+        right.set_xlabel("students", fontsize=14)
+        for i, n in enumerate(counts):
+            right.text(n + 0.05, i, str(n), va="center", fontsize=12)
+    else:
+        right.text(0.5, 0.5, "no diagnosed mistakes", ha="center", va="center", fontsize=16)
+        right.set_axis_off()
+    right.set_title("Most frequent misconceptions", fontsize=18)
+    for ax in (left, right):
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle(f"Attention, step by step: {rep.submissions} submissions", fontsize=20)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _wrap(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", 0, width)
+    cut = cut if cut > 0 else width
+    return text[:cut] + "\n" + _wrap(text[cut:].strip(), width)
+
+
+def markdown(rep: ClassReport, chart_name: str = "class_report.png") -> str:
+    out = ["# Class report", ""]
+    out.append(
+        f"{rep.submissions} submissions graded. "
+        + ", ".join(f"{k}: {v}" for k, v in sorted(rep.statuses.items()))
+    )
+    out += ["", f"![pass rates and misconceptions]({chart_name})", "", "## Pass rate per exercise", ""]
+    out += ["| lesson | exercise | passed | pass rate | mean points |", "|---|---|---|---|---|"]
+    for s in rep.exercises:
+        mean = s.earned / s.submissions if s.submissions else 0
+        out.append(
+            f"| {s.lesson} | `{s.exercise}` | {s.passed}/{s.submissions} | {100 * s.pass_rate:.0f}% | "
+            f"{mean:.1f} / {s.points / max(s.submissions, 1):g} |"
+        )
+    out += ["", "## Most frequent misconceptions", ""]
+    if rep.misconceptions:
+        out += ["| exercise | diagnosis | students |", "|---|---|---|"]
+        out += [f"| `{ex}` | {d} | {n} |" for ex, d, n in rep.misconceptions[:20]]
+    else:
+        out.append("None diagnosed.")
+    out += ["", "## Flagged for review (signs of tampering)", ""]
+    if rep.flagged:
+        out += [f"- **{f['student']}** / {f['lesson']}: " + "; ".join(f["flags"]) for f in rep.flagged]
+        out.append("")
+        out.append(
+            "Scores come from the checks re-run outside the student's kernel; these flags only ask for a look."
+        )
+    else:
+        out.append("None.")
+    out += ["", "## Did not run cleanly", ""]
+    if rep.problems:
+        out += ["| student | lesson | status | score |", "|---|---|---|---|"]
+        out += [f"| {p['student']} | {p['lesson']} | {p['status']} | {p['score']:g} |" for p in rep.problems]
+    else:
+        out.append("None.")
+    out += ["", "## Slowest submissions", "", "| student | lesson | seconds | status |", "|---|---|---|---|"]
+    out += [f"| {s['student']} | {s['lesson']} | {s['seconds']:.1f} | {s['status']} |" for s in rep.slowest]
+    return "\n".join(out) + "\n"
+
+
+def grades_csv(path: Path) -> Path:
+    """nbgrader's own CSV export of the gradebook."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    cfg = grading.course_config()
+    plugin = CsvExportPlugin(config=cfg)
+    plugin.to = str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with Gradebook(grading.gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
+        plugin.export(gb)
+    return path
+
+
+def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -> dict[str, Path]:
+    """Write the grades CSV, the class report, its chart and its tables; return their paths."""
+    out_dir = out_dir or course.work_dir() / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = grading.load_records(only_lessons)
+    rep = build(records)
+    paths = {"grades": grades_csv(out_dir / "grades.csv")}
+    paths["chart"] = chart(rep, out_dir / "class_report.png")
+    paths["report"] = out_dir / "class_report.md"
+    paths["report"].write_text(markdown(rep, paths["chart"].name))
+    with (out_dir / "exercises.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["lesson", "exercise", "submissions", "passed", "pass_rate", "mean_points", "max_points"])
+        for s in rep.exercises:
+            n = max(s.submissions, 1)
+            w.writerow(
+                [
+                    s.lesson,
+                    s.exercise,
+                    s.submissions,
+                    s.passed,
+                    round(s.pass_rate, 4),
+                    round(s.earned / n, 3),
+                    s.points / n,
+                ]
+            )
+    with (out_dir / "misconceptions.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["exercise", "diagnosis", "students"])
+        w.writerows(rep.misconceptions)
+    with (out_dir / "submissions.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            ["student", "lesson", "status", "score", "max_score", "seconds", "flags", "diagnoses", "notes"]
+        )
+        for r in records:
+            diags = sorted({c["diagnosis"] for c in r.get("cells", []) if c.get("diagnosis")})
+            w.writerow(
+                [
+                    r["student"],
+                    r["lesson"],
+                    r.get("status"),
+                    r.get("score"),
+                    r.get("max_score"),
+                    r.get("seconds"),
+                    " | ".join(r.get("flags", [])),
+                    " | ".join(diags),
+                    " | ".join(r.get("notes", [])),
+                ]
+            )
+    for name in ("exercises", "misconceptions", "submissions"):
+        paths[name] = out_dir / f"{name}.csv"
+    paths["report_data"] = rep  # type: ignore[assignment]
+    return paths

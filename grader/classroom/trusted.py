@@ -1,0 +1,332 @@
+"""The trusted side of a verdict: the lesson's own code and tests, the student's functions at arm's length.
+
+nbgrader runs the student's code and the hidden tests in one kernel, so a
+verdict reached there can be faked (patch ``torch.isclose``, plant a fake
+``grader`` module, swallow exceptions ...). Here every test cell is decided
+again in a process the student's code never ran in:
+
+- the lesson's context cells (worked examples, data) and its test cells run
+  from the instructor's source notebook, in notebook order;
+- every function the student writes is a *proxy*: calling it sends the
+  arguments to the sandbox, which runs the student's own cells (in step with
+  the notebook, so each test sees the code written above it) and sends back
+  only data (tensors, numbers, strings, containers) that is read with
+  ``torch.load(weights_only=True)``;
+- ``grader.check`` and the reference run here, untouched.
+
+Entry point: ``main(job_path, to_sandbox, from_sandbox, sandbox_pid)``, called
+by the zygote in a freshly forked process. The answer is written as JSON to
+the job's ``result_path``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import pickle
+import select
+import signal
+import time
+import warnings
+from typing import Any
+
+from grader.classroom.sandbox import MAX_MESSAGE, SHELL, python_source, receive, send
+
+
+class SandboxGone(RuntimeError):
+    """The student's code stopped answering (time limit, crash, os._exit)."""
+
+
+class Unverifiable(BaseException):
+    """A check's inputs cannot leave this process (e.g. objects that watch how they are used).
+
+    A BaseException, so the harness does not mistake it for the student's error:
+    the check is then decided in the notebook only, and the record says so.
+    """
+
+
+def _portable(x: Any) -> Any:
+    """Inputs as plain data: tensor subclasses become plain tensors (same values, same storage)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.as_subclass(torch.Tensor) if type(x) is not torch.Tensor else x
+    if isinstance(x, tuple):
+        return tuple(_portable(v) for v in x)
+    if isinstance(x, list):
+        return [_portable(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _portable(v) for k, v in x.items()}
+    return x
+
+
+class Sandbox:
+    """The trusted side's handle on the sandbox process."""
+
+    def __init__(self, wfd: int, rfd: int, pid: int):
+        self.wfd, self.rfd, self.pid = wfd, rfd, pid
+        self.gone: str | None = None
+
+    def request(self, message: tuple, timeout: float) -> dict:
+        import torch
+
+        if self.gone:
+            raise SandboxGone(self.gone)
+        try:
+            send(self.wfd, pickle.dumps(message))
+            ready, _, _ = select.select([self.rfd], [], [], timeout)
+            if not ready:
+                self.kill(f"the student's code did not finish within {timeout:.0f} s")
+                raise SandboxGone(self.gone)
+            payload = receive(self.rfd, MAX_MESSAGE)
+        except (EOFError, BrokenPipeError, OSError) as e:
+            self.kill(f"the student's code ended its process ({type(e).__name__})")
+            raise SandboxGone(self.gone) from None
+        except ValueError as e:  # over the size limit
+            self.kill(f"the student's code sent back too much data ({e})")
+            raise SandboxGone(self.gone) from None
+        try:
+            return torch.load(io.BytesIO(payload), weights_only=True)
+        except Exception as e:  # noqa: BLE001 - an answer that is not plain data
+            return {
+                "error": {"type": "TypeError", "module": "builtins", "message": f"unreadable result: {e}"}
+            }
+
+    def kill(self, why: str) -> None:
+        self.gone = self.gone or why
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------ values from the sandbox
+
+
+def _opaque(name: str) -> Any:
+    cls = type(str(name), (), {"__repr__": lambda self: f"<{type(self).__name__} object>"})
+    return cls()
+
+
+def decode(x: Any) -> Any:
+    if isinstance(x, dict):
+        if set(x) == {"__opaque__"}:
+            return _opaque(x["__opaque__"])
+        return {k: decode(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(decode(v) for v in x)
+    return x
+
+
+def rebuild_error(info: dict) -> BaseException:
+    """An exception of the same type name and message as the student's."""
+    name, module, message = str(info.get("type")), str(info.get("module")), str(info.get("message"))
+    cls = getattr(builtins, name, None) if module == "builtins" else None
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        if module.startswith("torch"):
+            import torch
+
+            cls = getattr(torch, name, None)
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                cls = RuntimeError
+        else:
+            cls = type(name, (Exception,), {"__module__": module})
+    try:
+        return cls(message)
+    except Exception:  # noqa: BLE001 - an exception type with an odd constructor
+        return RuntimeError(f"{name}: {message}")
+
+
+def _write_back(args: tuple, after: Any) -> None:
+    """Make in-place changes the student's function made visible to the checks."""
+    import torch
+
+    if not isinstance(after, (tuple, list)):
+        return
+    for orig, new in zip(args, after):
+        if isinstance(orig, torch.Tensor) and isinstance(new, torch.Tensor) and orig.device.type != "meta":
+            try:
+                if new.shape == orig.shape and new.dtype == orig.dtype:
+                    orig.copy_(new.to(orig.device))
+                else:
+                    orig.data = new.to(orig.device)
+            except Exception:  # noqa: BLE001 - best effort only
+                pass
+
+
+class Proxy:
+    """Stands in for one student function; each call runs in the sandbox."""
+
+    def __init__(self, sandbox: Sandbox, name: str, timeout: float):
+        self._sandbox, self.__name__, self._timeout = sandbox, name, timeout
+        self.__qualname__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        message = ("call", self.__name__, _portable(args), _portable(kwargs))
+        try:
+            pickle.dumps(message)
+        except Exception as e:  # noqa: BLE001 - inputs that only make sense in this process
+            raise Unverifiable(
+                f"its inputs cannot be sent outside the notebook ({type(e).__name__})"
+            ) from None
+        answer = self._sandbox.request(message, self._timeout + 5)
+        _write_back(args, answer.get("args"))
+        if "error" in answer:
+            raise rebuild_error(answer["error"])
+        return decode(answer.get("value"))
+
+    def __repr__(self) -> str:
+        return f"<function {self.__name__}>"
+
+
+# ------------------------------------------------------------------ the evaluation
+
+
+def plan(source_cells: list[dict], student_cells: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """Pair each source cell with the student cells the sandbox must run before it.
+
+    Student cells are matched to source cells by cell id; a source cell the
+    student deleted inherits the position of the source cell before it. Test
+    cells never run in the sandbox.
+    """
+    position = {c["id"]: i for i, c in enumerate(student_cells) if c.get("id")}
+    done = 0
+    last = 0
+    steps = []
+    for cell in source_cells:
+        if cell["kind"] == "solution":
+            continue
+        here = position.get(cell["id"], None)
+        upto = last if here is None else max(here + 1, last)
+        batch = [c for c in student_cells[done:upto] if c["kind"] != "test"]
+        done = max(done, upto)
+        last = upto
+        steps.append((cell, batch))
+    rest = [c for c in student_cells[done:] if c["kind"] != "test"]
+    if rest:
+        steps.append(({"kind": "end", "id": None, "source": ""}, rest))
+    return steps
+
+
+def diagnosis(message: str) -> str | None:
+    """The name of the known mistake a check's message names, if any."""
+    from grader.registry import exercises
+
+    if "Diagnosis: " not in message:
+        return None
+    text = message.split("Diagnosis: ", 1)[1]
+    best = None
+    for ex in exercises().values():
+        for trap in ex.traps:
+            if text.startswith(trap.name) and (best is None or len(trap.name) > len(best)):
+                best = trap.name
+    return best or text.split(". ")[0].strip()
+
+
+def _exec(source: str, label: str, namespace: dict) -> BaseException | None:
+    try:
+        code = compile(python_source(source), label, "exec")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(code, namespace)
+    except BaseException as e:  # noqa: BLE001 - recorded as the verdict
+        return e
+    return None
+
+
+def evaluate(job: dict, sandbox: Sandbox) -> dict:
+    """Run the plan; return the verdict of every test cell."""
+    timeout = float(job.get("cell_timeout", 60))
+    names = list(job.get("graded_names", []))
+    namespace: dict[str, Any] = {
+        "__name__": "__main__",
+        "__builtins__": builtins,
+        "get_ipython": lambda: SHELL,
+    }
+    verdicts: dict[str, dict] = {}
+    sandbox_errors: list[str] = []
+
+    def sync_names() -> None:
+        try:
+            kinds = sandbox.request(("names", names), timeout + 5).get("names", {})
+        except SandboxGone:
+            kinds = {n: "callable" for n in names}  # calls will fail with the reason
+        for name in names:
+            kind = kinds.get(name, "missing")
+            if kind == "callable":
+                namespace[name] = Proxy(sandbox, name, timeout)
+            elif kind == "missing":
+                namespace.pop(name, None)
+            else:
+                try:
+                    namespace[name] = decode(sandbox.request(("get", name), timeout + 5).get("value"))
+                except SandboxGone:
+                    namespace.pop(name, None)
+
+    timings: dict[str, float] = {"sandbox": 0.0, "trusted cells": 0.0}
+    for cell, batch in plan(job["source_cells"], job["student_cells"]):
+        if batch:
+            cells = [(f"<student cell {c.get('id') or '?'}>", c["source"]) for c in batch]
+            t = time.perf_counter()
+            try:
+                answer = sandbox.request(("run", cells), timeout * len(cells) + 5)
+                sandbox_errors += [str(e) for e in answer.get("errors", [])]
+            except SandboxGone as e:
+                sandbox_errors.append(str(e))
+            timings["sandbox"] += time.perf_counter() - t
+        if cell["kind"] == "end":
+            break
+        sync_names()
+        label = f"<{cell.get('grade_id') or cell['id']}>"
+        t = time.perf_counter()
+        error = _exec(cell["source"], label, namespace)
+        timings["trusted cells"] += time.perf_counter() - t
+        if cell["kind"] == "test":
+            if error is None:
+                verdicts[cell["grade_id"]] = {"passed": True}
+            elif isinstance(error, Unverifiable):
+                verdicts[cell["grade_id"]] = {"passed": None, "message": str(error)}
+            else:
+                message = _message(error)
+                verdicts[cell["grade_id"]] = {
+                    "passed": False,
+                    "ename": type(error).__name__,
+                    "message": message,
+                    "diagnosis": diagnosis(message) if isinstance(error, AssertionError) else None,
+                }
+    return {
+        "verdicts": verdicts,
+        "sandbox_errors": sandbox_errors[:50],
+        "sandbox_gone": sandbox.gone,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
+
+
+def _message(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001
+        text = ""
+    if isinstance(error, NameError) and not text:
+        text = "a name is not defined"
+    return text[:4000]
+
+
+def main(job_path: str, to_sandbox: int, from_sandbox: int, sandbox_pid: int) -> None:
+    start = time.perf_counter()
+    with open(job_path) as f:
+        job = json.load(f)
+    sandbox = Sandbox(to_sandbox, from_sandbox, sandbox_pid)
+    try:
+        result = evaluate(job, sandbox)
+    finally:
+        sandbox.kill("finished")
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    tmp = job["result_path"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, job["result_path"])
