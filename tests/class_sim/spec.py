@@ -241,7 +241,7 @@ def lesson01(work: Path) -> list[Case]:
             "multiplies from the wrong side",
             {e: _def("return W_q.mT @ X, W_k.mT @ X, W_v.mT @ X")},
             fails=ALL,
-            diagnoses={HIDDEN01: None},
+            diagnoses={HIDDEN01: "the matrices multiply from the wrong side"},
             score=0,
         ),
         Case(
