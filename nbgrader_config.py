@@ -7,6 +7,11 @@ feedback and the gradebook -- goes to one git-ignored folder, _grading/
 """
 
 import os
+import warnings
+
+from sqlalchemy.exc import SAWarning
+
+from grader.course import record_lessons
 
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 
@@ -38,14 +43,50 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "grader.classroom.feedback.ScrubTracebacks",
     "grader.classroom.feedback.ResultsSummary",
+    "grader.classroom.cells.CapOutputs",
 ]
-# A deleted test cell is put back, not left for manual grading (RestoreCells: nbgrader's
-# OverwriteCells, fixed for a test cell deleted right after a locked markdown cell).
+# A deleted test cell is put back, not left for manual grading. RestoreCells matches every cell
+# to the release (grade id, cell id, source) and repairs crafted structure -- test cells turned
+# into answers, renamed or duplicated grade ids, changed points, removed metadata -- before
+# nbgrader's OverwriteCells; it replaces DeduplicateIds, whose emptied metadata stops a whole run.
 c.OverwriteCells.add_missing_cells = True
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
-    "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "grader.classroom.cells.RestoreCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# nbgrader 0.9.6's gradebook code makes SQLAlchemy warn three times per submission about its
+# autoflush ("Object of type <SubmittedAssignment> not in session, add operation along
+# 'Assignment.submissions' will not proceed ..."): harmless, and noise in every grading log.
+warnings.filterwarnings(
+    "ignore",
+    message=r"Object of type <Submitted(Assignment|Notebook)> not in session, add operation along "
+    r"'(Assignment|Student|Notebook)\.submissions' will not proceed",
+    category=SAWarning,
+)
+# Plain `nbgrader autograde` needs no build step first: it records in the gradebook, from
+# solutions/, the lessons the gradebook lacks or whose cells changed (grader/course.py).
+record_lessons()
+# `nbgrader export` writes its CSV to the work folder, not to the repository
+c.ExportPlugin.to = os.path.join(WORK, "grades.csv")
+# Every kernel nbgrader starts runs the student's code sealed in bubblewrap where it can (no grader/,
+# solutions/, gradebook or other submissions in sight, no network), else under the guard alone
+# (grader/classroom/kernels.py, grader/classroom/seal.py).
+c.Execute.kernel_manager_class = "grader.classroom.kernels.GuardedKernelManager"
+# Plain `nbgrader autograde` (and the formgrader's Autograde button) grade as the class grading
+# tool does (grader/classroom/autograde.py): every test cell's verdict comes from a process the
+# student's code never ran in; the kernel runs the notebook without the hidden-test blocks; what a
+# test cell writes to stderr becomes a note, never a zero.
+c.Autograde.autograde_preprocessors = [
+    "grader.classroom.autograde.IndependentChecks",
+    "grader.classroom.autograde.GuardedExecute",
+    "grader.classroom.autograde.ApplyVerdicts",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "grader.classroom.cells.CapOutputs",  # at most 64 KB of output per cell, with a note
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the browser tests (tests/test_browser.py) need: Debian's chromium and the
-# Python `playwright` package (driving /usr/bin/chromium; no `playwright install`).
+# Python `playwright` package (driving /usr/bin/chromium; no `playwright install`); and Debian's
+# bubblewrap, which seals student code while grading (tests/test_seal.py).
 # Never fails: where something cannot be installed it says so, and those tests skip.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,6 +30,23 @@ elif command -v apt-get >/dev/null 2>&1; then
     fi
 else
     say "no apt-get here: install Chromium at /usr/bin/chromium yourself, or the browser tests skip"
+fi
+
+# bubblewrap: the operating-system boundary around student code while grading (grader/classroom/seal.py).
+# Never fails: without it grading falls back to the in-process guard and says "not sealed".
+if command -v bwrap >/dev/null 2>&1; then
+    say "bubblewrap already installed: $(bwrap --version 2>/dev/null | head -n 1)"
+elif command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = "0" ] || sudo -n true 2>/dev/null; }; then
+    SUDO=""
+    [ "$(id -u)" = "0" ] || SUDO="sudo -n"
+    if DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+        || { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null; }; then
+        say "installed $(bwrap --version 2>/dev/null | head -n 1)"
+    else
+        say "apt-get could not install bubblewrap (grading runs not sealed; the seal tests skip)"
+    fi
+else
+    say "no apt-get (or no root): install bubblewrap yourself, or grading runs not sealed"
 fi
 
 # The course's virtual environment (quickstart.py fills it; creating it first is harmless).

@@ -10,6 +10,10 @@ from collections.abc import Sequence
 
 import torch
 
+from attention_course.diagnosis import diagnosed
+
+__all__ = ["diagnosed", "expect_shape", "expect_values", "is_implemented"]
+
 
 def expect_shape(t: object, shape: Sequence[int], what: str) -> None:
     """Assert that ``t`` is a tensor of the given shape; say which shape it had."""

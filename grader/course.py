@@ -67,6 +67,57 @@ def build_notebooks(
     return written
 
 
+_recording = False
+
+
+def _silence(record: object) -> bool:
+    return False
+
+
+def record_lessons(argv: list[str] | None = None) -> list[str]:
+    """Before plain ``nbgrader autograde``: record in the gradebook, from solutions/, each lesson it lacks.
+
+    A lesson whose cells changed in solutions/ is recorded again too. nbgrader_config.py calls this,
+    so autograding needs no build step first; any other command (``argv``, default ``sys.argv``)
+    records nothing. Returns the lessons recorded.
+    """
+    global _recording
+    argv = sys.argv if argv is None else argv
+    program = Path(argv[0]).name if argv else ""
+    plain_nbgrader = program == "nbgrader" or (
+        program == "__main__.py" and Path(argv[0]).parent.name == "nbgrader"
+    )
+    if _recording or not plain_nbgrader or argv[1:2] != ["autograde"]:
+        return []
+    from traitlets.log import get_logger
+
+    from grader.classroom.grading import ensure_gradebook
+
+    _recording = True  # recording loads nbgrader_config.py again
+    log = get_logger()  # the running nbgrader command's: its details of recording are noise here
+    log.addFilter(_silence)
+    try:
+        work_dir().mkdir(parents=True, exist_ok=True)
+        with open(work_dir() / ".gradebook.lock", "w") as lock:
+            if os.name == "posix":
+                import fcntl
+
+                fcntl.flock(lock, fcntl.LOCK_EX)  # several `nbgrader autograde` at once record once
+            recorded = ensure_gradebook(lessons())
+    except RuntimeError as e:
+        print(f"[nbgrader_config] {e}", file=sys.stderr)
+        return []
+    finally:
+        log.removeFilter(_silence)
+        _recording = False
+    if recorded:
+        print(
+            f"[nbgrader_config] recorded in the gradebook from solutions/: {', '.join(recorded)}",
+            file=sys.stderr,
+        )
+    return recorded
+
+
 def work_dir() -> Path:
     """The folder a grading run writes to (submissions, autograded copies, gradebook)."""
     return Path(os.environ.get("ATTENTION_COURSE_WORK", ROOT / "_grading"))

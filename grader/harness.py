@@ -4,7 +4,13 @@
 different sizes, 2-D to 4-D, float32 and float64, on CPU and on CUDA when there
 is one), compares each result with the hidden reference on the same inputs and
 device, and on the first disagreement raises an ``AssertionError`` whose message
-says what differs and, when the result matches a known mistake, names it.
+says what differs. A known mistake (a ``Trap``) is named only when it reproduces
+what the student's function did on every case checked, not just the failing one.
+
+Rules a lesson states are graded: a call to a forbidden function
+(``Exercise.forbidden``) fails the check with the rule's own words. An exercise
+that builds on earlier ones is checked on top of the reference versions of those
+(``Exercise.uses``), so one mistake costs one exercise.
 
 Every tensor a student returns must stay on the device, and keep the floating
 dtype, of the inputs. Cases in float16 or bfloat16 (see ``low_precision_cases``)
@@ -12,20 +18,27 @@ are compared with the reference computed in float32 and rounded to the case's
 dtype, within that dtype's tolerance (``TOLERANCES``, or an exercise's own
 ``tolerances`` where it composes many rounding steps).
 
-It writes nothing to stdout or stderr: warnings raised by student code are
+It writes nothing to stdout or stderr: warnings and prints of student code are
 captured, so nbgrader never zeroes a cell because of them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import io
 import math
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from attention_course.diagnosis import explain_shape_error, substituted, watch_shapes
 
 # ------------------------------------------------------------------ data types
 
@@ -41,11 +54,29 @@ class Case:
 
 @dataclass
 class Trap:
-    """A known mistake: what it computes, its name, and the idea to revisit."""
+    """A known mistake: what it computes, its name, and the idea to revisit.
+
+    ``example`` is the line of student code that makes it (for docs/mistakes.md);
+    ``needs`` a device type without which the mistake cannot be told apart (e.g. "cuda").
+    """
 
     name: str
     hint: str
     fn: Callable[..., Any]
+    example: str = ""
+    needs: str | None = None
+
+
+@dataclass
+class Property:
+    """A check across several calls (e.g. that a random result depends on its generator).
+
+    ``check(fn)`` calls fn as it needs and returns None when the property holds, else
+    one sentence saying what is wrong.
+    """
+
+    label: str
+    check: Callable[[Callable[..., Any]], str | None]
 
 
 @dataclass
@@ -72,10 +103,19 @@ class Exercise:
     traps: Sequence[Trap] = ()
     output_names: Sequence[str] | None = None  # names of the parts of a tuple result
     compare: Callable[[Any, Any, str], str | None] | None = None  # custom comparison
-    runs_on_meta: bool = False
     # per-dtype (rtol, atol) that replace TOLERANCES for this exercise, e.g. a looser
     # bfloat16 tolerance for a function that rounds after every one of several steps
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    # qualified name -> the rule the lesson states, e.g. {"torch.softmax": "Do not call torch.softmax ..."}
+    forbidden: dict[str, str] = field(default_factory=dict)
+    # names in the student's namespace replaced by the reference while the check runs
+    uses: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    properties: Sequence[Property] = ()
+    # whether two outcomes agree, for naming a mistake (default: the comparison of results)
+    same: Callable[[Any, Any, Case], bool] | None = None
+    # what a result is compared with (default: the reference's result on the same inputs), e.g. the
+    # population a random estimate must come close to
+    expected: Callable[..., Any] | None = None
 
 
 # ------------------------------------------------------------------ tolerances
@@ -161,9 +201,10 @@ def _clone(x: Any) -> Any:
 
 
 def run(fn: Callable[..., Any], case: Case) -> Outcome:
-    """Call fn on a fresh copy of the case's inputs; never lets warnings through."""
+    """Call fn on a fresh copy of the case's inputs; never lets warnings or prints through."""
     args, kwargs = _clone(case.args), _clone(case.kwargs)
-    with warnings.catch_warnings():
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         warnings.simplefilter("ignore")
         try:
             return Outcome(value=fn(*args, **kwargs), inputs=args)
@@ -263,6 +304,8 @@ def _same_outcome(ex: Exercise, a: Outcome, b: Outcome, case: Case) -> bool:
             return False
         # an overflow is an overflow however it is worded (math.exp vs math.e ** x)
         return isinstance(a.error, ArithmeticError) or str(a.error) == str(b.error)
+    if ex.same is not None:
+        return ex.same(a.value, b.value, case)
     return _comparer(ex)(a.value, b.value, case.label) is None
 
 
@@ -270,12 +313,142 @@ def _comparer(ex: Exercise) -> Callable[[Any, Any, str], str | None]:
     return ex.compare or (lambda e, g, w: compare_outputs(e, g, ex.name, ex.output_names, ex.tolerances))
 
 
-def diagnose(ex: Exercise, case: Case, student: Outcome) -> Trap | None:
-    """The first known mistake that produces exactly what the student produced."""
+@dataclass
+class Record:
+    """One case of a check: the inputs, the reference's outcome and the student's."""
+
+    case: Case
+    expected: Outcome
+    student: Outcome
+    problem: str | None = None  # what is wrong with the student's outcome (None: right)
+
+
+def reproduces(
+    ex: Exercise, trap: Trap, records: Sequence[Record], properties: dict[str, str | None] | None = None
+) -> bool:
+    """Whether trap.fn does what the student's function did on every case (and property) checked."""
+    # the failing cases first: most traps differ there, so the search stops early
+    for record in sorted(records, key=lambda r: r.problem is None):
+        if not _same_outcome(ex, run(trap.fn, record.case), record.student, record.case):
+            return False
+    for prop in ex.properties:
+        if properties is not None and prop.label in properties:
+            with _quiet():
+                held = prop.check(trap.fn) is None
+            if held != (properties[prop.label] is None):
+                return False
+    return True
+
+
+def diagnose(
+    ex: Exercise, records: Sequence[Record], properties: dict[str, str | None] | None = None
+) -> Trap | None:
+    """The first known mistake that reproduces the student's outcome on every case checked."""
     for trap in ex.traps:
-        if _same_outcome(ex, run(trap.fn, case), student, case):
+        if reproduces(ex, trap, records, properties):
             return trap
     return None
+
+
+# ------------------------------------------------------------------ rules and substitutes
+
+
+def _resolve(qualified: str) -> tuple[Any, str]:
+    """The object holding a dotted name's last part, and that part: 'torch.Tensor.softmax' -> (Tensor, 'softmax')."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            owner = getattr(owner, part)
+        return owner, parts[-1]
+    raise ValueError(f"cannot resolve {qualified!r}")
+
+
+class _Watch:
+    """Records calls of forbidden functions made while the student's code runs."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.active = False
+
+    def wrap(self, original: Callable, name: str) -> Callable:
+        watch = self
+
+        @functools.wraps(original)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            if watch.active and name not in watch.calls:
+                watch.calls.append(name)
+            return original(*args, **kwargs)
+
+        return watched
+
+
+@contextlib.contextmanager
+def watching(student_fn: Any, forbidden: dict[str, str]) -> Iterator[_Watch]:
+    """Patch every forbidden function with a wrapper that records the call and still computes.
+
+    A stand-in that runs elsewhere provides its own ``forbidding(names)``, a context manager
+    whose value is the list of the names called. Names bound in a plain function's module
+    (``from torch import softmax``) are patched there too. Everything is restored afterwards.
+    """
+    watch = _Watch()
+    if not forbidden:
+        yield watch
+        return
+    own = getattr(student_fn, "forbidding", None)
+    if callable(own) and not hasattr(student_fn, "__globals__"):
+        with own(list(forbidden)) as calls:
+            watch.calls = calls
+            watch.active = True
+            yield watch
+        return
+    restore: list[tuple[Any, str, Any, bool]] = []
+    try:
+        for name in forbidden:
+            owner, attr = _resolve(name)
+            original = getattr(owner, attr)
+            wrapper = watch.wrap(original, name)
+            restore.append((owner, attr, original, attr in vars(owner)))
+            setattr(owner, attr, wrapper)
+            space = getattr(student_fn, "__globals__", None)
+            if isinstance(space, dict):
+                for key, value in list(space.items()):
+                    if value is original:
+                        restore.append((space, key, original, True))
+                        space[key] = wrapper
+        yield watch
+    finally:
+        for owner, attr, original, own_attr in reversed(restore):
+            if isinstance(owner, dict):
+                owner[attr] = original
+            elif own_attr:
+                setattr(owner, attr, original)
+            else:
+                delattr(owner, attr)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def outcomes(
+    ex: Exercise, fn: Callable[..., Any], on: Sequence[torch.device | str] | None = None
+) -> tuple[list[Record], dict[str, str | None]]:
+    """What fn does on every case and property of an exercise (no rules, no substitutes)."""
+    records = []
+    for device in devices() if on is None else [torch.device(d) for d in on]:
+        for case in ex.cases(device):
+            records.append(Record(case, run_reference(ex, case), run(fn, case)))
+    with _quiet():
+        properties = {prop.label: prop.check(fn) for prop in ex.properties}
+    return records, properties
 
 
 # ------------------------------------------------------- devices and dtypes
@@ -359,6 +532,8 @@ def low_precision_cases(cases: Sequence[Case], dtypes: Sequence[torch.dtype] = L
 
 def run_reference(ex: Exercise, case: Case) -> Outcome:
     """The reference's outcome; for float16/bfloat16 inputs, computed in float32 and rounded back."""
+    if ex.expected is not None:
+        return run(ex.expected, case)
     _, dtype = input_placement(case)
     if dtype not in LOW_PRECISION:
         return run(ex.reference, case)
@@ -376,13 +551,13 @@ def run_reference(ex: Exercise, case: Case) -> Outcome:
 # ------------------------------------------------------------------ the check
 
 
-def _fail(ex: Exercise, case: Case, problem: str, trap: Trap | None) -> AssertionError:
-    lines = [
-        f"{ex.name}({ex.signature}) is not right yet.",
-        f"  Case: {case.label}",
-        f"  Inputs: {describe_call(ex, case)}",
-        f"  What differs: {problem}",
-    ]
+def _fail(ex: Exercise, case: Case | str | None, problem: str, trap: Trap | None) -> AssertionError:
+    lines = [f"{ex.name}({ex.signature}) is not right yet."]
+    if isinstance(case, Case):
+        lines += [f"  Case: {case.label}", f"  Inputs: {describe_call(ex, case)}"]
+    elif case:
+        lines.append(f"  Case: {case}")
+    lines.append(f"  What differs: {problem}")
     if trap is not None:
         lines.append(f"  Diagnosis: {trap.name}. {trap.hint}")
     return AssertionError("\n".join(lines))
@@ -399,6 +574,44 @@ def _inputs_changed(original: tuple, after: tuple) -> str | None:
     return None
 
 
+def _raised(fn: Any, case: Case, err: BaseException) -> str:
+    """What a raised error means, with a shape error put into words (naming both shapes)."""
+    problem = f"it raised {type(err).__name__}: {err}"
+    if isinstance(err, RuntimeError):
+        if hasattr(fn, "__globals__"):  # run it again, watching which shapes met
+            with watch_shapes():
+                again = run(fn, case)
+            if again.failed and type(again.error) is type(err):
+                err = again.error
+        words = explain_shape_error(err)
+        if words:
+            problem += " " + words
+    return problem
+
+
+def _forbidden_message(ex: Exercise, calls: Sequence[str]) -> str:
+    rules = dict.fromkeys(ex.forbidden[c] for c in calls if c in ex.forbidden)
+    names = ", ".join(calls)
+    return f"{ex.name} calls {names}, which this exercise rules out. The rule: " + " ".join(rules)
+
+
+def course_helper(fn: Any) -> str | None:
+    """The qualified name of the student-package callable that fn is, or wraps; None if it is the student's own."""
+    import attention_course
+
+    package = str(Path(attention_course.__file__).resolve().parent)
+    seen: set[int] = set()
+    while fn is not None and id(fn) not in seen:
+        seen.add(id(fn))
+        module = str(getattr(fn, "__module__", "") or "")
+        code = getattr(fn, "__code__", None)
+        filename = str(Path(code.co_filename).resolve()) if code is not None else ""
+        if module.split(".")[0] == "attention_course" or filename.startswith(package):
+            return f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        fn = getattr(fn, "func", None) or getattr(fn, "__wrapped__", None)
+    return None
+
+
 def check_exercise(ex: Exercise, student_fn: Any, on: Sequence[torch.device | str] | None = None) -> None:
     """Raise AssertionError with an actionable message unless student_fn is right.
 
@@ -406,26 +619,55 @@ def check_exercise(ex: Exercise, student_fn: Any, on: Sequence[torch.device | st
     """
     if not callable(student_fn):
         raise AssertionError(f"{ex.name} should be a function, but it is {type(student_fn).__name__}.")
-    for device in devices() if on is None else [torch.device(d) for d in on]:
-        for case in ex.cases(device):
-            expected = run_reference(ex, case)
-            if expected.failed:  # a harness bug, never the student's fault
-                raise RuntimeError(f"reference failed on {case.label}: {expected.error!r}")
-            student = run(student_fn, case)
-            changed = _inputs_changed(case.args, student.inputs)
-            if student.failed:
-                err = student.error
-                if isinstance(err, NotImplementedError):
+    helper = course_helper(student_fn)
+    if helper:
+        raise AssertionError(
+            f"{ex.name} is the course's helper code ({helper}), not your own: write the function yourself."
+        )
+    records: list[Record] = []
+    properties: dict[str, str | None] = {}
+    with substituted(student_fn, ex.uses), watching(student_fn, ex.forbidden) as watch:
+        for device in devices() if on is None else [torch.device(d) for d in on]:
+            for case in ex.cases(device):
+                expected = run_reference(ex, case)
+                if expected.failed:  # a harness bug, never the student's fault
+                    raise RuntimeError(f"reference failed on {case.label}: {expected.error!r}")
+                watch.active = True
+                try:
+                    student = run(student_fn, case)
+                finally:
+                    watch.active = False
+                if student.failed and isinstance(student.error, NotImplementedError):
                     raise AssertionError(
                         f"{ex.name} is not implemented yet: replace `raise NotImplementedError()` "
                         "with your code, then run this cell again."
                     )
-                problem = f"it raised {type(err).__name__}: {err}"
-                raise _fail(ex, case, problem, diagnose(ex, case, student))
-            problem = placement_problem(ex, case, expected.value, student.value) or _comparer(ex)(
-                expected.value, student.value, case.label
-            )
-            if problem:
-                raise _fail(ex, case, problem, diagnose(ex, case, student))
+                records.append(Record(case, expected, student))
+        # properties count for naming a mistake even when a case already failed
+        for prop in ex.properties:
+            watch.active = True
+            try:
+                with _quiet():
+                    properties[prop.label] = prop.check(student_fn)
+            finally:
+                watch.active = False
+        calls = list(watch.calls)
+        if calls:
+            raise _fail(ex, None, _forbidden_message(ex, calls), None)
+        for record in records:
+            case, student = record.case, record.student
+            if student.failed:
+                record.problem = _raised(student_fn, case, student.error)
+            else:
+                record.problem = placement_problem(
+                    ex, case, record.expected.value, student.value
+                ) or _comparer(ex)(record.expected.value, student.value, case.label)
+        for record in records:
+            if record.problem:
+                raise _fail(ex, record.case, record.problem, diagnose(ex, records, properties))
+            changed = _inputs_changed(record.case.args, record.student.inputs)
             if changed:
-                raise _fail(ex, case, changed, None)
+                raise _fail(ex, record.case, changed, None)
+        for label, problem in properties.items():
+            if problem:
+                raise _fail(ex, label, problem, diagnose(ex, records, properties))

@@ -96,6 +96,8 @@ def softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shapes: Z (...) -> same shape, entries along ``dim`` sum to 1 (or are all 0).
     """
+    if Z.shape[dim] == 0:  # no keys at all: nothing to weigh (and amax of nothing is undefined)
+        return torch.zeros_like(Z)
     m = Z.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all -inf rows
     e = torch.exp(Z - m)  # exp(x - max) <= 1: never overflows

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from quickstart import INSTRUCTOR_PLUGINS
 from tests.nbtools import ROOT
 
 ENVIRONMENT = yaml.safe_load((ROOT / "environment.yml").read_text())
@@ -85,12 +86,15 @@ def test_environment_layer_can_be_cached():
         assert not re.match(r"(-e|--editable)\b|\.|/|file:", line.strip()), f"{line}: install it in postBuild"
 
 
-def test_postbuild_installs_only_the_course_itself():
+def test_postbuild_installs_the_course_and_shows_students_the_student_interface():
     text = POSTBUILD.read_text()
     assert text.startswith("#!/bin/bash\n")
     assert "set -euo pipefail" in text
     commands = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    assert commands[1:] == ["python -m pip install --no-cache-dir --no-deps --editable ."], commands
+    assert commands[1:] == [
+        "python -m pip install --no-cache-dir --no-deps --editable .",
+        "jupyter labextension disable --level=sys_prefix " + " ".join(INSTRUCTOR_PLUGINS),
+    ], commands
     assert os.access(POSTBUILD, os.X_OK), "postBuild should be executable (chmod +x)"
     check = subprocess.run(["bash", "-n", str(POSTBUILD)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -107,10 +111,15 @@ def test_postbuild_makes_the_helpers_and_data_importable_from_the_repository(tmp
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    # this bare environment has no JupyterLab: a stand-in `jupyter` records what postBuild asks of it
+    calls = tmp_path / "jupyter-calls.txt"
+    (bin_dir / "jupyter").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "jupyter").chmod(0o755)
     env = dict(os.environ, PATH=os.pathsep.join([str(bin_dir), os.environ["PATH"]]))
     env.pop("PYTHONPATH", None)
     run = subprocess.run(["./postBuild"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
+    assert calls.read_text().split() == ["labextension", "disable", "--level=sys_prefix", *INSTRUCTOR_PLUGINS]
     probe = (
         "import importlib.util, pathlib;"
         "spec = importlib.util.find_spec('attention_course');"

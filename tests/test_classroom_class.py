@@ -5,7 +5,7 @@ Every submission of tests/class_sim is graded by ``grader.classroom.grading``
 compared with what the spec says it must get: the score of every test cell,
 the status, the diagnosis each hidden check names, and the tampering flags.
 Then: feedback for every submission, none showing hidden test code; the grades
-CSV and the class report; and plain nbgrader fooled by the same tampering.
+CSV and the class report; and plain nbgrader, which the same tampering no longer fools.
 """
 
 from __future__ import annotations
@@ -112,19 +112,22 @@ def test_tampering_is_flagged_in_the_summary(graded_class):
     assert "Flagged for review" in text and "t01_tensor_any" in text
 
 
-def test_plain_nbgrader_is_fooled_by_the_same_tampering(graded_class):
-    """What the independent checks prevent: plain nbgrader autograde gives these wrong answers marks."""
+def test_plain_nbgrader_is_not_fooled_by_the_same_tampering(graded_class):
+    """Plain nbgrader autograde (the formgrader's button) gives every test cell the tool's score."""
     cases, records, _ = graded_class
     for case in [
-        c for c in cases if c.student in ("t01_tensor_any", "t01_read_reference", "t01_fake_grader")
+        c
+        for c in cases
+        if c.student in ("t01_tensor_any", "t01_read_reference", "t01_fake_grader", "t01_torch_isclose")
     ]:
         twin = f"plain_{case.student}"
         dest = course.submission_path(case.lesson, twin)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(course.submission_path(case.lesson, case.student), dest)
         plain = course.autograde(case.lesson, twin)
-        assert plain["score"] == case.plain_fooled, (case.student, plain["grades"])
-        assert records[(case.student, case.lesson)]["score"] == 1 < plain["score"]
+        tool = {c["grade_id"]: c["score"] for c in records[(case.student, case.lesson)]["cells"]}
+        assert {gid: score for gid, (score, _) in plain["grades"].items()} == tool, case.student
+        assert plain["score"] == records[(case.student, case.lesson)]["score"] == 1, case.student
 
 
 def test_feedback_shows_diagnoses_and_never_hidden_tests(graded_class):

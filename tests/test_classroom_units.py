@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader import course
-from grader.classroom import collect, feedback, lessons, report, static
+from grader.classroom import collect, feedback, grading, lessons, report, static
 from grader.classroom.progress import Progress
 from grader.classroom.sandbox import plain
 from grader.classroom.trusted import decode, plan, rebuild_error
@@ -380,3 +380,296 @@ def test_cli_collect_reports_every_file(tmp_path, monkeypatch, capsys):
     assert "Placed 1 submissions" in out and "orphan.ipynb" in out
     assert (tmp_path / "work" / "submitted" / "grace" / "01_projection" / "01_projection.ipynb").exists()
     assert list((tmp_path / "work" / "classroom").glob("collect-*.csv"))
+
+
+# ------------------------------------------------------------------ a real Canvas export and its roster
+
+ROSTER = (
+    "name,sortable name,email,user id\n"
+    'Jane Smith,"Smith, Jane",jsmith@uni.edu,12345\n'
+    'John Doe,"Doe, John",jdoe@uni.edu,22345\n'
+    'Ada Lovelace,"Lovelace, Ada",alovelace@uni.edu,31337\n'
+    'Grace Hopper,"Hopper, Grace",ghopper@uni.edu,41000\n'
+)
+
+
+def _zip_at(files: dict[str, tuple[bytes, tuple]]) -> bytes:
+    """A zip whose members carry the times an LMS recorded."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, (data, when) in files.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=when), data)
+    return buf.getvalue()
+
+
+def test_collect_matches_a_canvas_export_to_its_roster(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path / "work"))
+    (tmp_path / "roster.csv").write_text(ROSTER)
+    on_time, late = (2026, 3, 1, 9, 30, 0), (2026, 3, 3, 18, 5, 8)  # zip times: 2 s steps
+    export = tmp_path / "submissions.zip"
+    export.write_bytes(
+        _zip_at(
+            {
+                "smithjane_12345_901_03_scaling.ipynb": (NB, on_time),  # user id on the roster
+                "doejohn_LATE_22345_902_03_scaling-1.ipynb": (NB, late),  # marked late by Canvas
+                "lovelaceada_99999_903_Copy_of_03_scaling.ipynb": (NB, on_time),  # id unknown: name
+                "Grace Hopper_41000_assignsubmission_file_/03_scaling.ipynb": (NB, on_time),  # Moodle
+                "Copy of 03_scaling.ipynb": (NB, on_time),  # names nobody
+                "03_scaling (1).ipynb": (NB, on_time),
+                "final_03_scaling.ipynb": (NB, on_time),
+            }
+        )
+    )
+    dest = tmp_path / "s"
+    rep = collect.collect(export, roster=tmp_path / "roster.csv", lesson_ids=["03_scaling"], dest_root=dest)
+    placed = {o.source.split("!")[-1]: o.student for o in rep.by("placed")}
+    assert placed == {
+        "smithjane_12345_901_03_scaling.ipynb": "jsmith",
+        "doejohn_LATE_22345_902_03_scaling-1.ipynb": "jdoe",
+        "lovelaceada_99999_903_Copy_of_03_scaling.ipynb": "alovelace",
+        "Grace Hopper_41000_assignsubmission_file_/03_scaling.ipynb": "ghopper",
+    }
+    unmatched = {o.source.split("!")[-1] for o in rep.by("unmatched")}
+    assert unmatched == {"Copy of 03_scaling.ipynb", "03_scaling (1).ipynb", "final_03_scaling.ipynb"}
+    assert not (dest / "copy_of").exists() and sorted(p.name for p in dest.iterdir()) == sorted(
+        placed.values()
+    )
+    # the time recorded in the zip is the submission time nbgrader's late penalties read
+    stamp = (dest / "jdoe" / "03_scaling" / "timestamp.txt").read_text()
+    assert stamp.startswith("2026-03-03 18:05:08")
+    assert "late" in next(o.reason for o in rep.by("placed") if o.student == "jdoe")
+    assert (dest / "jsmith" / "03_scaling" / "timestamp.txt").read_text().startswith("2026-03-01 09:30:00")
+
+
+def test_collect_never_records_a_late_file_as_on_time(tmp_path, monkeypatch):
+    from nbgrader.api import Gradebook
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(work))
+    with Gradebook(f"sqlite:///{work / 'gradebook.db'}", "course") as gb:
+        gb.add_assignment("03_scaling", duedate="2026-03-05 12:00:00")
+    export = tmp_path / "submissions.zip"
+    # the zip's time is before the due date (another time zone, a re-packed zip): Canvas says late
+    export.write_bytes(_zip_at({"doejohn_LATE_22345_902_03_scaling.ipynb": (NB, (2026, 3, 5, 8, 0, 0))}))
+    collect.collect(export, lesson_ids=["03_scaling"], dest_root=tmp_path / "s")
+    stamp = (tmp_path / "s" / "doejohn" / "03_scaling" / "timestamp.txt").read_text()
+    assert stamp.startswith("2026-03-05 12:00:01")
+
+
+def test_roster_keys_never_pick_between_two_students(tmp_path):
+    (tmp_path / "roster.csv").write_text("id,name\ns1,Ann Lee\ns2,Lee Ann\ns3,John Doe\ns4,John Doe\n")
+    roster = collect.read_roster(tmp_path / "roster.csv")
+    # a name as written wins over another student's name read the other way round
+    assert roster.find(["annlee"]) == ("s1", "") and roster.find(["leeann"]) == ("s2", "")
+    sid, why = roster.find(["johndoe"])
+    assert sid is None and "several students on the roster (s3, s4)" in why
+
+
+def test_a_canvas_gradebook_export_works_as_a_roster(tmp_path):
+    (tmp_path / "grades.csv").write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,Lesson 3 (123)\n"
+        "    Points Possible,,,,,9\n"
+        '"Smith, Jane",12345,S-9,jsmith,A,9\n'
+        '"Doe, John",22345,S-8,jdoe,A,4\n'
+    )
+    roster = collect.read_roster(tmp_path / "grades.csv")
+    assert roster.find(["12345"]) == ("12345", "") and roster.find(["smithjane"]) == ("12345", "")
+    assert roster.find(["jdoe"]) == ("22345", "") and roster.find(["johndoe"]) == ("22345", "")
+    assert roster.find(["a"])[0] is None and roster.find(["9"])[0] is None  # sections and grades name nobody
+
+
+# ------------------------------------------------------------------ cells matched to the release
+
+
+def _student_nb():
+    import nbformat
+
+    return nbformat.read(course.ROOT / "notebooks" / "01_projection" / "01_projection.ipynb", as_version=4)
+
+
+def _tests_of(nb) -> dict[str, tuple[float, str]]:
+    out = {}
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            assert c.metadata.nbgrader["grade_id"] not in out, "a grade id is held twice"
+            out[meta["grade_id"]] = (float(meta["points"]), c.source, bool(meta.get("solution")))
+    return out
+
+
+def _crafted(name: str):
+    from tests.class_sim import crafts
+
+    nb = _student_nb()
+    edit = {
+        "test to answer": crafts._test_to_answer,
+        "renamed": crafts._rename,
+        "duplicated test": crafts._duplicate_test,
+        "duplicated answer": crafts._duplicate_answer,
+        "points": crafts._points,
+        "no metadata": crafts._strip_metadata,
+        "forged": crafts._forged,
+    }[name]
+    edit(nb)
+    return nb
+
+
+@pytest.mark.parametrize(
+    ("craft", "note"),
+    [
+        ("test to answer", "test01_project_hidden: test cell turned into an answer cell"),
+        ("renamed", "grade id 'test01_project_values_mine' the release does not have was removed"),
+        ("duplicated test", "test01_project_hidden: test cell duplicated (the copy was removed)"),
+        ("duplicated answer", "ex01_project: answer cell duplicated (the copy runs as ordinary code)"),
+        ("points", "test01_project_hidden: test cell points changed to 100"),
+        ("no metadata", "test01_project_shapes: test cell nbgrader metadata removed (restored)"),
+        ("forged", "grade id 'bonus' the release does not have was removed"),
+    ],
+)
+def test_repair_gives_the_release_cells_and_points(craft, note):
+    from nbgrader.nbgraderformat import MetadataValidator
+
+    from grader.classroom import cells
+
+    les = lessons.lesson("01_projection")
+    nb = _crafted(craft)
+    notes = cells.repair(nb, les.release)
+    assert any(note in n for n in notes), notes
+    MetadataValidator().validate_nb(nb)  # what stopped whole nbgrader runs
+    release = {c.name: c for c in les.release if c.is_test}
+    held = _tests_of(nb)
+    # every test cell still there holds the release's source and points; none is an answer cell
+    for gid, (points, source, solution) in held.items():
+        assert gid in release and points == release[gid].points and not solution
+        assert source in (release[gid].source, release[gid].student_source)
+    # a test cell not there now is one nbgrader's restore puts back (RestoreCells.add_missing_grade_cells)
+    if craft == "renamed":
+        assert set(held) == {"test01_project_shapes"}
+    else:
+        assert set(held) == set(release)
+    answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    assert [c.metadata.nbgrader["grade_id"] for c in answers] == ["ex01_project"]
+    if craft == "duplicated answer":  # the copy still runs, as ordinary code
+        assert sum(1 for c in nb.cells if "def project" in c.source) == 2
+
+
+def test_an_untouched_submission_needs_no_repair():
+    from grader.classroom import cells
+
+    nb = _student_nb()
+    before = json.dumps(nb, sort_keys=True)
+    assert cells.repair(nb, lessons.lesson("01_projection").release) == []
+    assert json.dumps(nb, sort_keys=True) == before
+
+
+# ------------------------------------------------------------------ bounded outputs
+
+
+def test_a_huge_print_is_cut_to_the_cap_with_a_note():
+    import nbformat
+
+    from grader.classroom import cells
+
+    cell = nbformat.v4.new_code_cell("print('x' * 5_000_000)")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="x" * 5_000_000),
+        nbformat.v4.new_output("stream", name="stderr", text="warning\n" * 100_000),
+        nbformat.v4.new_output("display_data", data={"image/png": "A" * 3_000_000, "text/plain": "<Figure>"}),
+        nbformat.v4.new_output(
+            "error", ename="ValueError", evalue="v" * 1_000_000, traceback=["t" * 1_000_000]
+        ),
+    ]
+    cut = cells.cap_outputs(cell, 64 * 1024)
+    size = len(json.dumps(cell.outputs))
+    assert size < 80 * 1024 and cut > 10_000_000  # of 10.8 MB
+    kinds = [(o.output_type, o.get("name")) for o in cell.outputs]
+    assert ("stream", "stderr") in kinds and ("error", None) in kinds  # what decides a grade stays
+    assert (
+        f"[output cut: {cut / 2**20:.1f} MB not shown; a cell keeps at most 64.0 KB]" in cell.outputs[-1].text
+    )
+    once = json.dumps(cell.outputs)
+    assert (
+        cells.cap_outputs(cell, 64 * 1024) == 0 and json.dumps(cell.outputs) == once
+    )  # feedback re-reads it
+    small = nbformat.v4.new_code_cell("print(1)")
+    small.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    assert cells.cap_outputs(small) == 0 and small.outputs[0].text == "1\n" and len(small.outputs) == 1
+
+
+# ------------------------------------------------------------------ export verifies the gradebook
+
+
+def _gradebook_with(work: Path, scores: dict[str, dict[str, float]]) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{work / 'gradebook.db'}", "attention-step-by-step") as gb:
+        gb.add_assignment("01_projection")
+        gb.add_notebook("01_projection", "01_projection")
+        for gid, points in (("t1", 2), ("t2", 4)):
+            gb.add_grade_cell(gid, "01_projection", "01_projection", max_score=points, cell_type="code")
+        for student, grades in scores.items():
+            gb.add_student(student)
+            gb.add_submission("01_projection", student)
+            for gid, score in grades.items():
+                g = gb.find_grade(gid, "01_projection", "01_projection", student)
+                g.auto_score = score
+            gb.db.commit()
+
+
+def test_export_reports_the_tools_grades_and_flags_a_tampered_gradebook(tmp_path, monkeypatch):
+    import csv as csv_module
+    import sqlite3
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(work))
+    _gradebook_with(work, {"ada": {"t1": 2, "t2": 0}, "bob": {"t1": 2, "t2": 4}, "eve": {"t1": 2, "t2": 4}})
+
+    def record(student, t1, t2):
+        cells_ = [
+            {"grade_id": gid, "exercise": "project", "points": pts, "score": sc}
+            for gid, pts, sc in (("t1", 2, t1), ("t2", 4, t2))
+        ]
+        return {
+            "student": student,
+            "lesson": "01_projection",
+            "score": t1 + t2,
+            "max_score": 6,
+            "cells": cells_,
+        }
+
+    records = [record("ada", 2, 0), record("bob", 2, 4)]  # eve's row: not written by the tool
+    rows, problems = report.verify(records)
+    assert [(p["student"], p["problem"].split(" (")[0]) for p in problems] == [
+        ("eve", "not written by the grading tool")
+    ]
+    # a submission the tool could not grade is listed too, never dropped
+    from grader.classroom.autograde import JobResult
+
+    grading.record_failure(JobResult("carl", "01_projection", "d", "grading failed", error="boom"), "x")
+    (failed,) = grading.load_records(["01_projection"])
+    assert (failed["student"], failed["status"], failed["max_score"]) == ("carl", "grading failed", 7)
+    records.append({**failed, "max_score": 6})
+    # someone gives ada the hidden check's points in the database
+    with sqlite3.connect(work / "gradebook.db") as db:
+        db.execute(
+            "UPDATE grade SET manual_score = 4 WHERE cell_id IN (SELECT id FROM base_cell WHERE name = 't2') "
+            "AND notebook_id IN (SELECT sn.id FROM submitted_notebook sn JOIN submitted_assignment sa "
+            "ON sn.assignment_id = sa.id WHERE sa.student_id = 'ada')"
+        )
+    path, problems = report.grades_csv(tmp_path / "grades.csv", records)
+    by_student = {r["student_id"]: r for r in csv_module.DictReader(path.open())}
+    assert by_student["ada"]["raw_score"] == "2.0"  # the tool's value, not the gradebook's 6
+    assert by_student["ada"]["gradebook_check"] == "gradebook differs: t2: 4 (tool: 0)"
+    assert by_student["bob"]["gradebook_check"] == "" and by_student["bob"]["score"] == "6.0"
+    assert (
+        by_student["eve"]["score"] == ""
+        and "not written by the grading tool" in by_student["eve"]["gradebook_check"]
+    )
+    assert by_student["carl"]["gradebook_check"] == "could not be graded: run grade again"
+    assert {p["student"] for p in problems} == {"ada", "carl", "eve"}
+    rep = report.build(records)
+    rep.gradebook = problems
+    md = report.markdown(rep)
+    assert "## Gradebook check" in md and "| ada | 01_projection | gradebook differs: t2: 4 (tool: 0) |" in md

@@ -166,6 +166,8 @@ def test_reference_and_careful_student_pass_on(device, name):
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_every_trap_is_named_on(device, name):
     for trap in EXERCISES[name].traps:
+        if trap.needs not in (None, device):
+            continue  # e.g. a mask made on the CPU is right on the CPU
         with pytest.raises(AssertionError) as info:
             check_exercise(EXERCISES[name], trap.fn, on=[device])
         assert f"Diagnosis: {trap.name}." in str(info.value), str(info.value)
@@ -246,6 +248,8 @@ def test_low_precision_result_returned_in_float32_is_caught(device, dtype, name)
 def test_low_precision_traps_are_still_named(device, dtype, name):
     ex = _low(name, dtype)
     for trap in ex.traps:
+        if trap.needs not in (None, device):
+            continue
         with pytest.raises(AssertionError) as info:
             check_exercise(ex, trap.fn, on=[device])
         assert f"Diagnosis: {trap.name}." in str(info.value), str(info.value)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+import tomllib
 from importlib.metadata import version
 
 import pytest
@@ -13,11 +15,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from tests.nbtools import ROOT
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 ENVIRONMENT = yaml.safe_load((ROOT / "environment.yml").read_text())
@@ -59,11 +56,31 @@ def test_no_runtime_package_comes_from_conda_as_well():
     assert names == {"python", "pip"}, names
 
 
-def test_environment_python_meets_requires_python_and_the_readme():
+def test_one_python_version_everywhere():
+    """environment.yml's Python is the lowest pyproject.toml allows, ruff's target, quickstart's and the README's."""
     (python,) = [dep for dep in CONDA if dep.startswith("python")]
-    pinned_version = re.fullmatch(r"python=(\d+\.\d+)", python).group(1)
-    assert Version(pinned_version) in SpecifierSet(PYPROJECT["project"]["requires-python"])
-    assert f"Python {pinned_version}" in (ROOT / "README.md").read_text(), "the README names another Python"
+    tested = re.fullmatch(r"python=(\d+\.\d+)", python).group(1)
+    assert PYPROJECT["project"]["requires-python"] == f">={tested}"
+    assert Version(tested) in SpecifierSet(PYPROJECT["project"]["requires-python"])
+    assert PYPROJECT["tool"]["ruff"]["target-version"] == "py" + tested.replace(".", "")
+    quickstart = ast.parse((ROOT / "quickstart.py").read_text())
+    (minimum,) = [
+        node.value
+        for node in quickstart.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == "MIN_PYTHON"
+    ]
+    assert ".".join(map(str, ast.literal_eval(minimum))) == tested, "quickstart.py checks for another Python"
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    for name, text in [
+        ("quickstart.py", ast.get_docstring(quickstart)),
+        ("README's Quick start", quick_start),
+    ]:
+        named = set(re.findall(r"Python (3\.\d+)", text))
+        assert named == {tested}, f"{name} names Python {sorted(named)}, environment.yml {tested}"
+    assert f"Python {tested}" in readme.split("**Binder**", 1)[1], (
+        "the README's Binder entry names another Python"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(RUNTIME))

@@ -25,6 +25,33 @@ def stub(*args, **kwargs):
     raise NotImplementedError()
 
 
+# working versions a student might write: the explorers themselves ship none
+
+
+def scaled_scores(Q, K):
+    return Q @ K.mT / math.sqrt(Q.shape[-1])
+
+
+def attention(Q, K, V, mask=None):
+    S = scaled_scores(Q, K)
+    if mask is not None:
+        S = S.masked_fill(~mask, float("-inf"))
+    A = torch.softmax(S, dim=-1).nan_to_num(nan=0.0)
+    return A @ V, A
+
+
+def soft_lookup(query, keys, values, sharpness):
+    scores = {
+        n: sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(len(query))
+        for n, key in keys.items()
+    }
+    top = max(scores.values())
+    exps = {n: math.exp(x - top) for n, x in scores.items()}
+    weights = {n: e / sum(exps.values()) for n, e in exps.items()}
+    width = len(next(iter(values.values())))
+    return weights, [sum(weights[n] * values[n][c] for n in keys) for c in range(width)]
+
+
 # --------------------------------------------------------------------- entropy
 
 
@@ -106,7 +133,7 @@ def test_head_view_runs_the_function_it_is_given():
 
 def test_a_stub_is_replaced_by_the_built_in_and_labelled():
     c = backend.choose("scaled_scores", stub)
-    assert c.source == "stub" and c.fn is backend.builtin_scaled_scores
+    assert c.source == "stub" and c.fn is None, "the explorer works the step out itself"
     assert "implement `scaled_scores` above" in c.note
     assert "stub" in backend.banner_html([c]) and "<code>scaled_scores</code>" in backend.banner_html([c])
 
@@ -126,9 +153,47 @@ def test_a_working_function_is_used_and_a_difference_is_pointed_out():
     assert wrong.source == "yours" and "differs from the built-in version" in wrong.note
 
 
+def test_passing_a_result_instead_of_the_function_says_so():
+    with pytest.raises(TypeError, match=r"scaled_scores= takes your function itself"):
+        backend.choose("scaled_scores", torch.zeros(3, 3))
+
+
 def test_without_a_function_the_built_in_says_where_yours_will_come_from():
     c = backend.choose("softmax", None, lesson="lesson 05")
     assert c.source == "built-in" and "lesson 05" in c.note
+
+
+def test_with_the_exercises_still_stubs_the_explorers_show_the_briefs_numbers():
+    from attention_course import explorers
+
+    stepper = explorers.stage_stepper(attention=stub)  # lesson 07
+    assert (
+        stepper.choices["attention"].source == "stub" and "still a stub" in stepper.widget.children[0].value
+    )
+    assert stepper.st.A.round(decimals=2).tolist() == [
+        [0.14, 0.43, 0.43],
+        [0.00, 0.91, 0.09],
+        [0.01, 0.75, 0.24],
+    ]
+    assert stepper.st.O.round(decimals=2).tolist() == [
+        [1.86, 6.32, 1.70],
+        [2.00, 7.81, 0.27],
+        [1.99, 7.48, 0.74],
+    ]
+    explainer = explorers.cell_explainer(causal_mask=stub, apply_mask=stub)  # lesson 04
+    assert 0.45 <= explainer.st.A[4, 1].item() <= 0.55 and torch.isinf(explainer.st.masked[1, 2])
+    colours = explorers.sharpness_explorer(soft_lookup=stub)  # lesson 05
+    assert colours.state.rgb[:2] == pytest.approx((200, 117), abs=1)
+    colours.controls["sharpness"].value = 25.0
+    assert colours.state.rgb[:2] == pytest.approx((255, 13), abs=1)
+    heads = explorers.head_dimension_explorer(scaled_scores=stub, score_spread=stub)  # lesson 03
+    assert heads.state.saturated and "the built-in score_spread(64, n=2000): raw std" in heads.readout.value
+
+
+def test_the_explorers_hold_no_stand_alone_version_of_an_exercise():
+    for module in (backend, compute):
+        names = [n for n in vars(module) if n.startswith("builtin") or n.upper() == "BUILTINS"]
+        assert names == [], f"{module.__name__} has {names}"
 
 
 def test_one_thread_restores_the_thread_count():
@@ -208,11 +273,11 @@ def test_cat_sat_last_the_gives_cat_about_half_and_reads_thing():
 def test_stages_use_the_students_attention():
     calls = []
 
-    def attention(Q, K, V, mask=None):
+    def spied(Q, K, V, mask=None):
         calls.append(mask is None)
-        return backend.builtin_attention(Q, K, V, mask)
+        return attention(Q, K, V, mask)
 
-    choices = {"attention": backend.choose("attention", attention)}
+    choices = {"attention": backend.choose("attention", spied)}
     st = compute.example_stages("cat_sat", choices=choices)
     assert calls[-1] is False, "the causal mask is handed to attention"
     assert st.made_by["A"] == "attention" and 0.45 <= st.A[4, 1].item() <= 0.55
@@ -284,7 +349,7 @@ def test_explainer_checks_the_students_number():
     ex = compute.explain_cell(st, "A", 2, 1)
     assert "your `softmax` gave" in ex.check and "but the arithmetic above gives 0.755" in ex.check
     good = compute.example_stages(
-        "love_cats", choices={"softmax": backend.choose("softmax", backend.builtin_softmax)}
+        "love_cats", choices={"softmax": backend.choose("softmax", lambda Z, dim=-1: torch.softmax(Z, dim))}
     )
     assert "it matches" in compute.explain_cell(good, "A", 2, 1).check
 
@@ -328,7 +393,7 @@ def _png_size(data: bytes):
 def test_head_dimension_explorer_drives_from_its_controls():
     from attention_course.explorers import head_dimension_explorer
 
-    ex = head_dimension_explorer(scaled_scores=backend.builtin_scaled_scores)
+    ex = head_dimension_explorer(scaled_scores=scaled_scores)
     c = ex.controls
     assert c["d_k"].min == 1 and c["d_k"].max == 128 and c["d_k"].value == 64
     saturated = ex.state.row_entropy
@@ -361,7 +426,7 @@ def test_a_function_that_fails_mid_drag_is_swapped_for_the_built_in_and_named():
     def fails_at_5(Q, K):
         if Q.shape[-1] == 5:
             raise ValueError("boom at d_k = 5")
-        return backend.builtin_scaled_scores(Q, K)
+        return scaled_scores(Q, K)
 
     ex = head_dimension_explorer(scaled_scores=fails_at_5)
     assert ex.choices[0].source == "yours"
@@ -369,10 +434,10 @@ def test_a_function_that_fails_mid_drag_is_swapped_for_the_built_in_and_named():
     assert ex.state.d_k == 5 and ex.choices[0].source == "error"
     assert "boom at d_k = 5" in ex.banner.value
 
-    def attention(Q, K, V, allowed=None):  # a parameter name the course does not use
-        return backend.builtin_attention(Q, K, V, allowed)
+    def renamed(Q, K, V, allowed=None):  # a parameter name the course does not use
+        return attention(Q, K, V, allowed)
 
-    st = stage_stepper(attention=attention)
+    st = stage_stepper(attention=renamed)
     assert st.choices["attention"].source == "error" and "TypeError" in st.choices["attention"].note
 
 
@@ -392,11 +457,11 @@ def test_sharpness_explorer_changes_the_swatch_and_the_presets_are_one_click():
 
     spy = []
 
-    def soft_lookup(*args):
+    def spied(*args):
         spy.append(args[-1])
-        return backend.builtin_soft_lookup(*args)
+        return soft_lookup(*args)
 
-    ex = sharpness_explorer(soft_lookup=soft_lookup)
+    ex = sharpness_explorer(soft_lookup=spied)
     c = ex.controls
     assert ex.state.rgb[:2] == pytest.approx((200, 117), abs=1)
     c["sharpness"].value = 25.0

@@ -261,7 +261,7 @@ def attention(Q, K, V, mask=None):
     S = torch.einsum("...qd,...kd->...qk", Q, K) * Q.size(-1) ** -0.5
     if mask is not None:
         S = torch.where(mask, S, float("-inf"))
-    A = S.softmax(dim=-1)
+    A = S.softmax(dim=-1).nan_to_num(0.0)   # a query with no allowed key: zeros, not NaN
     return torch.einsum("...qk,...kd->...qd", A, V), A
 """,
         "ex07_self_attention": """
@@ -287,8 +287,10 @@ def attention(Q, K, V, mask=None):
     d_k = Q.shape[-1]
     S = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
     if mask is not None:
-        S = S.masked_fill(mask.logical_not(), -1e9)   # any value that gives the same weights
+        S = S.masked_fill(mask.logical_not(), -1e9)   # any value that gives the same weights ...
     A = torch.softmax(S, dim=-1)
+    if mask is not None:
+        A = A * mask.any(dim=-1, keepdim=True)         # ... and zeros for a query with no allowed key
     return A @ V, A
 """,
         "ex07_self_attention": """

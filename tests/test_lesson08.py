@@ -340,7 +340,7 @@ TRAP_CODE = {
             (SPLIT_CALL, "M.reshape(*b, T, D // n_heads, n_heads).transpose(-1, -2).transpose(-3, -2)"),
             (MERGE_CALL, "O.movedim(-3, -1).reshape(*b, T, H * d)"),
         ),
-        "the causal flag is ignored or reversed": edit(MHA_OK, (CAUSAL, "if False:")),
+        "the causal flag is ignored or reversed": edit(MHA_OK, (CAUSAL, "if not causal:")),
     },
     "grouped_query_attention": {
         "K/V heads were tiled (repeat) instead of grouped (repeat_interleave)": edit(
@@ -364,7 +364,7 @@ TRAP_CODE = {
         "heads merged with a reshape straight back, without the transpose": edit(
             GQA_OK, (MERGE_CALL, "O.reshape(*b, T, H * d)")
         ),
-        "the causal flag is ignored or reversed": edit(GQA_OK, (CAUSAL, "if False:")),
+        "the causal flag is ignored or reversed": edit(GQA_OK, (CAUSAL, "if not causal:")),
     },
 }
 CELLS = {name: f"ex08_{name}" for name in TRAP_CODE}

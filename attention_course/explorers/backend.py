@@ -1,9 +1,11 @@
 """Which function an explorer runs: the student's own, or the course's built-in version.
 
 An explorer is handed the student's functions. Each one is tried once on a small
-example: a stub (still raising ``NotImplementedError``) or a function that fails
-is replaced by a built-in version made of PyTorch one-liners, and the explorer
-says so next to its controls. Nothing here draws or needs a widget.
+fixed example: for a stub (still raising ``NotImplementedError``) or a function that
+fails, the explorer works that step out inside its own computation (see
+:mod:`compute`) and says so next to its controls. No function here, or anywhere in
+the explorers, takes an exercise's arguments and returns its answer: the course's
+helpers are never an answer key. Nothing here draws or needs a widget.
 """
 
 from __future__ import annotations
@@ -42,106 +44,50 @@ def one_thread():
             torch.set_num_threads(n)
 
 
-# ------------------------------------------------------------ built-in versions
-
-
-def builtin_project(X: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, W_v: torch.Tensor):
-    """Shapes: X (..., T, d_model) -> Q, K (..., T, d_k), V (..., T, d_v)."""
-    return X @ W_q, X @ W_k, X @ W_v
-
-
-def builtin_scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
-    """Shapes: Q (..., T_q, d_k), K (..., T_k, d_k) -> (..., T_q, T_k)."""
-    return torch.matmul(Q, K.transpose(-2, -1))
-
-
-def builtin_scaled_scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
-    """Shapes: Q (..., T_q, d_k), K (..., T_k, d_k) -> (..., T_q, T_k)."""
-    return builtin_scores(Q, K) / math.sqrt(Q.shape[-1])
-
-
-def builtin_score_spread(d_k: int, n: int, generator: torch.Generator) -> tuple[float, float]:
-    """Std of raw and scaled dot products of n pairs of unit-variance vectors."""
-    q = torch.randn(n, d_k, generator=generator)
-    k = torch.randn(n, d_k, generator=generator)
-    raw = torch.linalg.vecdot(q, k).std().item()
-    return raw, raw / math.sqrt(d_k)
-
-
-def builtin_causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Shapes: -> (T, T) bool, True where j <= i."""
-    return torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
-
-
-def builtin_apply_mask(S: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Shapes: S (..., T_q, T_k), allowed broadcastable -> (..., T_q, T_k)."""
-    return S.masked_fill(~allowed, float("-inf"))
-
-
-def builtin_softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """PyTorch's softmax; a row that is all -inf gives zeros."""
-    return torch.nan_to_num(torch.softmax(Z, dim=dim), nan=0.0)
-
-
-def builtin_mix(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """Shapes: A (..., T_q, T_k), V (..., T_k, d_v) -> (..., T_q, d_v)."""
-    return A @ V
-
-
-def builtin_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None):
-    """Shapes: Q (..., T_q, d_k), K (..., T_k, d_k), V (..., T_k, d_v) -> O (..., T_q, d_v), A."""
-    S = builtin_scaled_scores(Q, K)
-    if mask is not None:
-        S = builtin_apply_mask(S, mask)
-    A = builtin_softmax(S)
-    return A @ V, A
-
-
-def builtin_soft_lookup(query, keys, values, sharpness):
-    """The soft dictionary through PyTorch: weights dict name -> float, output list."""
-    names = list(keys)
-    k = torch.tensor([keys[n] for n in names], dtype=torch.float64)  # (n_keys, d)
-    v = torch.tensor([values[n] for n in names], dtype=torch.float64)  # (n_keys, width)
-    q = torch.tensor(query, dtype=torch.float64)  # (d,)
-    w = torch.softmax(sharpness * (k @ q) / math.sqrt(len(query)), dim=0)
-    return dict(zip(names, w.tolist())), (w @ v).tolist()
-
-
-BUILTINS: dict[str, Callable] = {
-    "project": builtin_project,
-    "scores": builtin_scores,
-    "scaled_scores": builtin_scaled_scores,
-    "score_spread": builtin_score_spread,
-    "causal_mask": builtin_causal_mask,
-    "apply_mask": builtin_apply_mask,
-    "softmax": builtin_softmax,
-    "mix": builtin_mix,
-    "attention": builtin_attention,
-    "soft_lookup": builtin_soft_lookup,
-}
-
-
 # -------------------------------------------------------- probes: tiny examples
 
 
-def _probe_inputs(name: str) -> tuple[tuple, dict]:
+def _probe(name: str) -> tuple[tuple, dict, object]:
+    """A fixed tiny example for ``name``: its arguments and the result the lesson expects there.
+
+    The inputs are fixed here (seeded draws), so the expected results are worked out
+    for them alone: nothing in this module takes a student's arguments and returns
+    the answer of an exercise.
+    """
     g = torch.Generator().manual_seed(7)
-    Q, K, V = (torch.randn(3, 2, generator=g), torch.randn(4, 2, generator=g), torch.randn(4, 5, generator=g))
-    return {
-        "project": (
-            (torch.randn(3, 4, generator=g), torch.randn(4, 2), torch.randn(4, 2), torch.randn(4, 5)),
-            {},
-        ),
-        "scores": ((Q, K), {}),
-        "scaled_scores": ((Q, K), {}),
-        "score_spread": ((4, 64, torch.Generator().manual_seed(0)), {}),
-        "causal_mask": ((4,), {}),
-        "apply_mask": ((torch.randn(4, 4, generator=g), builtin_causal_mask(4)), {}),
-        "softmax": ((torch.randn(3, 4, generator=g),), {"dim": -1}),
-        "mix": ((torch.softmax(torch.randn(3, 4, generator=g), -1), V), {}),
-        "attention": ((Q, K, V), {}),
-        "soft_lookup": (([1.0, 0.1], {"a": [1.0, 0.0], "b": [0.0, 1.0]}, {"a": [1.0], "b": [0.0]}, 1.0), {}),
-    }[name]
+    Q, K, V = torch.randn(3, 2, generator=g), torch.randn(4, 2, generator=g), torch.randn(4, 5, generator=g)
+    if name == "project":
+        X = torch.randn(3, 4, generator=g)
+        W = [torch.randn(4, 2, generator=g), torch.randn(4, 2, generator=g), torch.randn(4, 5, generator=g)]
+        return (X, *W), {}, tuple(X @ w for w in W)
+    if name in ("scores", "scaled_scores"):
+        S = Q @ K.mT  # (3, 4): every query row against every key row
+        return (Q, K), {}, S if name == "scores" else S / math.sqrt(2)
+    if name == "score_spread":
+        return (4, 64, torch.Generator().manual_seed(0)), {}, None  # random numbers: nothing to compare
+    if name == "causal_mask":
+        return (4,), {}, torch.ones(4, 4).tril().bool()
+    if name == "apply_mask":
+        S, allowed = torch.randn(4, 4, generator=g), torch.ones(4, 4).tril().bool()
+        return (S, allowed), {}, torch.where(allowed, S, float("-inf"))
+    if name == "softmax":
+        Z = torch.randn(3, 4, generator=g)
+        e = (Z - Z.amax(-1, keepdim=True)).exp()
+        return (Z,), {"dim": -1}, e / e.sum(-1, keepdim=True)
+    if name == "mix":
+        A = torch.randn(3, 4, generator=g).exp()
+        A = A / A.sum(-1, keepdim=True)
+        return (A, V), {}, A @ V
+    if name == "attention":
+        e = (Q @ K.mT / math.sqrt(2)).exp()
+        A = e / e.sum(-1, keepdim=True)
+        return (Q, K, V), {}, (A @ V, A)
+    if name == "soft_lookup":
+        a, b = math.exp(1.0 / math.sqrt(2)), math.exp(0.1 / math.sqrt(2))
+        weights = {"a": a / (a + b), "b": b / (a + b)}
+        args = ([1.0, 0.1], {"a": [1.0, 0.0], "b": [0.0, 1.0]}, {"a": [1.0], "b": [0.0]}, 1.0)
+        return args, {}, (weights, [weights["a"]])
+    raise KeyError(name)
 
 
 def _difference(a, b) -> float:
@@ -196,11 +142,12 @@ def _guard(name: str, fn: Callable) -> Callable:
 class Choice:
     """The function an explorer runs for one step, and how to say where it came from.
 
-    ``source`` is one of "yours", "stub", "error", "built-in".
+    ``source`` is one of "yours", "stub", "error", "built-in". ``fn`` is the student's
+    function when it is "yours", else None: the explorer then works the step out itself.
     """
 
     name: str
-    fn: Callable
+    fn: Callable | None
     source: str
     note: str
 
@@ -210,22 +157,25 @@ class Choice:
 
 
 def choose(name: str, student: Callable | None, lesson: str | None = None, compare: bool = True) -> Choice:
-    """Try the student's function on a tiny example; fall back to the built-in one if it cannot run.
+    """Try the student's function on a tiny example; the explorer's own arithmetic stands in if it cannot run.
 
     ``lesson`` names where the student writes the function when it is not part of
     the current lesson (e.g. "lesson 05"), for the label.
     """
-    builtin = BUILTINS[name]
     if student is None:
         where = f" (you write your own in {lesson})" if lesson else ""
-        return Choice(name, builtin, "built-in", f"`{name}`: the course's built-in version{where}")
-    args, kwargs = _probe_inputs(name)
+        return Choice(name, None, "built-in", f"`{name}`: the course's built-in version{where}")
+    if not callable(student):
+        raise TypeError(
+            f"{name}= takes your function itself (e.g. {name}={name}), not a {type(student).__name__}"
+        )
+    args, kwargs, expected = _probe(name)
     try:
         got = student(*args, **kwargs)
     except NotImplementedError:
         return Choice(
             name,
-            builtin,
+            None,
             "stub",
             f"`{name}` is still a stub: implement `{name}` above to see your own version here. "
             "Until then this shows the course's built-in version.",
@@ -233,14 +183,14 @@ def choose(name: str, student: Callable | None, lesson: str | None = None, compa
     except Exception as exc:  # any failure of student code: show it, keep the explorer alive
         return Choice(
             name,
-            builtin,
+            None,
             "error",
             f"your `{name}` raised {type(exc).__name__}: {exc}. Showing the course's built-in version "
             "until it runs.",
         )
     note = f"`{name}`: yours"
-    if compare:
-        diff = _difference(got, builtin(*args, **kwargs))
+    if compare and expected is not None:
+        diff = _difference(got, expected)
         if diff > 1e-4:
             note += (
                 " (on a small test it differs from the built-in version"
@@ -254,7 +204,7 @@ def fallback(error: StudentFunctionError) -> Choice:
     """The built-in stand-in for a student's function that failed while an explorer ran it."""
     return Choice(
         error.name,
-        BUILTINS[error.name],
+        None,
         "error",
         f"{error}. Showing the course's built-in version until it runs.",
     )

@@ -3,6 +3,11 @@
 Everything an explorer shows is computed here first, so it can be tested without a
 browser: the head-dimension sample and its entropy, the colour soft dictionary, the
 stages of one attention head and the term-by-term arithmetic of any cell.
+
+Each view runs the student's functions where they are given; where one is missing
+(a stub, or not written yet) the view works that step out inline, as part of the
+view. There is deliberately no stand-alone version of any exercise here: nothing a
+student could call in place of writing their own.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .backend import BUILTINS, Choice
+from .backend import Choice
 
 # ------------------------------------------------------------------ formatting
 
@@ -143,15 +148,25 @@ def head_view(
     scale: bool,
     row: int = HEAD_ROW,
     seed: int = HEAD_SEED,
-    scaled_scores: Callable = BUILTINS["scaled_scores"],
-    softmax: Callable = BUILTINS["softmax"],
+    scaled_scores: Callable | None = None,
+    softmax: Callable | None = None,
     tokens: Sequence[str] = HEAD_TOKENS,
 ) -> HeadView:
-    """Raw and scaled scores of the first d_k dimensions, the softmax weights and their entropy."""
+    """Raw and scaled scores of the first d_k dimensions, the softmax weights and their entropy.
+
+    ``scaled_scores`` and ``softmax`` are the student's (None: worked out here).
+    """
     Q, K = Q_pool[:, :d_k], K_pool[:, :d_k]  # (T, d_k)
     raw = (Q @ K.T).double()  # (T, T): q_i . k_j
-    scaled = _as_double(scaled_scores(Q, K))  # (T, T): the function in use
-    weights = _as_double(softmax(scaled if scale else raw, dim=-1))  # (T, T)
+    if scaled_scores is not None:
+        scaled = _as_double(scaled_scores(Q, K))  # (T, T): the student's function
+    else:
+        scaled = raw / math.sqrt(d_k)
+    shown = scaled if scale else raw
+    if softmax is not None:
+        weights = _as_double(softmax(shown, dim=-1))  # (T, T)
+    else:
+        weights = torch.softmax(shown, dim=-1)  # no row of this sample is masked
     H = entropy(weights)  # (T,)
     return HeadView(
         d_k=int(d_k),
@@ -172,8 +187,8 @@ def head_view(
 
 def expected_entropy(
     d_values: Sequence[int],
-    scaled_scores: Callable = BUILTINS["scaled_scores"],
-    softmax: Callable = BUILTINS["softmax"],
+    scaled_scores: Callable | None = None,
+    softmax: Callable | None = None,
     T: int = len(HEAD_TOKENS),
     n: int = 128,
     seed: int = 2024,
@@ -181,6 +196,7 @@ def expected_entropy(
     """Average row entropy over n random samples, unscaled and scaled, for each d_k.
 
     Shapes: per d_k, Q and K (n, T, d_k) -> weights (n, T, T) -> entropy (n, T) -> one mean.
+    ``scaled_scores`` and ``softmax`` are the student's (None: worked out here).
     """
     g = torch.Generator().manual_seed(seed)
     Qs = torch.randn(n, T, max(d_values), generator=g)
@@ -188,10 +204,28 @@ def expected_entropy(
     unscaled, scaled = [], []
     for d in d_values:
         Q, K = Qs[..., :d], Ks[..., :d]
-        raw = Q @ K.transpose(-2, -1)
-        unscaled.append(entropy(_as_double(softmax(raw, dim=-1))).mean().item())
-        scaled.append(entropy(_as_double(softmax(scaled_scores(Q, K), dim=-1))).mean().item())
+        raw = Q @ K.transpose(-2, -1)  # (n, T, T)
+        by_root = scaled_scores(Q, K) if scaled_scores is not None else raw / math.sqrt(d)
+        for S, into in ((raw, unscaled), (by_root, scaled)):
+            W = softmax(S, dim=-1) if softmax is not None else torch.softmax(S, dim=-1)
+            into.append(entropy(_as_double(W)).mean().item())
     return unscaled, scaled
+
+
+def spread_line(d_k: int, seed: int, score_spread: Callable | None = None, n: int = 2000) -> str:
+    """One line of the readout: the std of n raw and scaled dot products at this d_k.
+
+    ``score_spread`` is the student's (None: the spread is measured here).
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    if score_spread is not None:
+        raw, scaled = score_spread(d_k, n, g)
+        who = "your"
+    else:
+        q, k = torch.randn(n, d_k, generator=g), torch.randn(n, d_k, generator=g)  # (n, d_k)
+        raw = (q * k).sum(-1).std().item()
+        scaled, who = raw / math.sqrt(d_k), "the built-in"
+    return f"{who} score_spread({d_k}, n={n}): raw std {raw:.2f}, scaled std {scaled:.2f}"
 
 
 def _as_double(t) -> torch.Tensor:
@@ -260,22 +294,39 @@ def colour_view(
     keys: dict[str, Sequence[float]],
     values: dict[str, Sequence[float]],
     sharpness: float,
-    soft_lookup: Callable = BUILTINS["soft_lookup"],
+    soft_lookup: Callable | None = None,
 ) -> ColourView:
-    """Weights and blended colour of one soft look-up, with the scores that led to them."""
+    """Weights and blended colour of one soft look-up, with the scores that led to them.
+
+    ``soft_lookup`` is the student's (None: the look-up is worked out here).
+    """
     query = [float(q) for q in query]
     keys = {n: [float(x) for x in k] for n, k in keys.items()}
     values = {n: [float(x) for x in v] for n, v in values.items()}
-    weights, output = soft_lookup(query, keys, values, float(sharpness))
+    scores = colour_scores(query, keys, float(sharpness))
+    if soft_lookup is not None:
+        weights, output = soft_lookup(query, keys, values, float(sharpness))
+    else:
+        weights = _colour_weights(scores)
+        width = len(next(iter(values.values())))
+        output = [sum(weights[n] * values[n][c] for n in keys) for c in range(width)]
     return ColourView(
         query=tuple(query),
         keys={n: tuple(k) for n, k in keys.items()},
         values={n: tuple(v) for n, v in values.items()},
         sharpness=float(sharpness),
-        scores=colour_scores(query, keys, float(sharpness)),
+        scores=scores,
         weights={n: float(weights[n]) for n in keys},
         output=tuple(float(x) for x in output),
     )
+
+
+def _colour_weights(scores: dict[str, float]) -> dict[str, float]:
+    """The explorer's weights from its scores (softmax over the keys, largest score first subtracted)."""
+    top = max(scores.values())
+    exps = {n: math.exp(x - top) for n, x in scores.items()}
+    total = sum(exps.values())
+    return {n: e / total for n, e in exps.items()}
 
 
 def colour_curves(
@@ -283,12 +334,15 @@ def colour_curves(
     keys: dict[str, Sequence[float]],
     values: dict[str, Sequence[float]],
     grid: Sequence[float],
-    soft_lookup: Callable = BUILTINS["soft_lookup"],
+    soft_lookup: Callable | None = None,
 ) -> dict[str, list[float]]:
-    """Each key's weight as the sharpness runs over ``grid``."""
+    """Each key's weight as the sharpness runs over ``grid`` (``soft_lookup``: the student's, or None)."""
     curves: dict[str, list[float]] = {n: [] for n in keys}
     for s in grid:
-        weights, _ = soft_lookup(list(query), dict(keys), dict(values), float(s))
+        if soft_lookup is not None:
+            weights, _ = soft_lookup(list(query), dict(keys), dict(values), float(s))
+        else:
+            weights = _colour_weights(colour_scores(query, keys, float(s)))
         for n in keys:
             curves[n].append(float(weights[n]))
     return curves
@@ -388,29 +442,48 @@ def compute_stages(
 ) -> Stages:
     """Run one head step by step with the chosen functions (the student's where they run).
 
-    ``choices`` maps function names to :class:`Choice`; missing names use the built-ins.
-    When ``attention`` is the student's own, its (O, A) are shown for the last two stages.
+    ``choices`` maps function names to :class:`Choice`; a step whose function is missing
+    or not the student's is worked out here, inline. When ``attention`` is the
+    student's own, its (O, A) are shown for the last two stages.
     """
     choices = dict(choices or {})
 
-    def fn(name):
-        return choices[name].fn if name in choices else BUILTINS[name]
+    def yours(name: str) -> Callable | None:
+        c = choices.get(name)
+        return c.fn if c is not None and c.yours else None
 
     made_by = {"Q": "project", "K": "project", "V": "project", "S": "scores", "scaled": "scaled_scores"}
-    Q, K, V = (_tensor64(t) for t in fn("project")(X, W_q, W_k, W_v))
-    S = _tensor64(fn("scores")(Q, K))
-    scaled = _tensor64(fn("scaled_scores")(Q, K))
+    if yours("project"):
+        Q, K, V = (_tensor64(t) for t in yours("project")(X, W_q, W_k, W_v))
+    else:
+        X64 = _tensor64(X)  # (T, d_model) times (d_model, d_k | d_v)
+        Q, K, V = X64 @ _tensor64(W_q), X64 @ _tensor64(W_k), X64 @ _tensor64(W_v)
+    S = _tensor64(yours("scores")(Q, K)) if yours("scores") else Q @ K.mT  # (T, T)
+    if yours("scaled_scores"):
+        scaled = _tensor64(yours("scaled_scores")(Q, K))
+    else:
+        scaled = Q @ K.mT / math.sqrt(Q.shape[-1])
     allowed = None
     masked = scaled
     if causal:
-        allowed = torch.as_tensor(fn("causal_mask")(len(tokens))).to("cpu", torch.bool)
-        masked = _tensor64(fn("apply_mask")(scaled, allowed))
+        T = len(tokens)
+        if yours("causal_mask"):
+            allowed = torch.as_tensor(yours("causal_mask")(T)).to("cpu", torch.bool)
+        else:
+            allowed = torch.ones(T, T).tril().bool()  # key j <= query i
+        if yours("apply_mask"):
+            masked = _tensor64(yours("apply_mask")(scaled, allowed))
+        else:
+            masked = scaled.masked_fill(~allowed, -math.inf)
         made_by["masked"] = "apply_mask"
-    A = _tensor64(fn("softmax")(masked, dim=-1))
-    O = _tensor64(fn("mix")(A, V))
+    if yours("softmax"):
+        A = _tensor64(yours("softmax")(masked, dim=-1))
+    else:
+        A = torch.softmax(masked, dim=-1).nan_to_num(nan=0.0)  # a row with no allowed key: zeros
+    O = _tensor64(yours("mix")(A, V)) if yours("mix") else A @ V
     made_by.update(A="softmax", O="mix")
-    if "attention" in choices and choices["attention"].yours:
-        O, A = (_tensor64(t) for t in choices["attention"].fn(Q, K, V, mask=allowed))
+    if yours("attention"):
+        O, A = (_tensor64(t) for t in yours("attention")(Q, K, V, mask=allowed))
         made_by.update(A="attention", O="attention")
     feats = tuple(features) if features else tuple(f"x{c}" for c in range(X.shape[-1]))
     identity_v = W_v.shape[0] == W_v.shape[1] and torch.equal(W_v, torch.eye(W_v.shape[0], dtype=W_v.dtype))

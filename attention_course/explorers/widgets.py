@@ -259,11 +259,7 @@ class HeadDimensionExplorer(Explorer):
         text = v.summary()
         spread = self.fns.get("score_spread")
         if spread is not None:
-            import torch
-
-            raw, scaled = spread.fn(v.d_k, 2000, torch.Generator().manual_seed(self.seed))
-            who = "your" if spread.yours else "the built-in"
-            text += f"\n{who} score_spread({v.d_k}, n=2000): raw std {raw:.2f}, scaled std {scaled:.2f}"
+            text += "\n" + compute.spread_line(v.d_k, self.seed, spread.fn)
         self.readout.value = _pre(text, "ac-summary")
 
 

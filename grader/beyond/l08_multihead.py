@@ -341,6 +341,7 @@ MULTI_HEAD_ATTENTION = Exercise(
     signature="X, W_q, W_k, W_v, W_o, n_heads, causal=False",
     reference=multi_head_attention,
     cases=_mha_cases,
+    uses={"split_heads": split_heads, "merge_heads": merge_heads},  # graded on their own
     traps=[Trap(name, hint, _as_mha(_attention_variant(**how))) for name, hint, how in _MHA_TRAPS],
 )
 
@@ -375,6 +376,7 @@ GROUPED_QUERY_ATTENTION = Exercise(
     signature="X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False",
     reference=grouped_query_attention,
     cases=_gqa_cases,
+    uses={"split_heads": split_heads, "merge_heads": merge_heads},  # graded on their own
     traps=[
         Trap(
             "K/V heads were tiled (repeat) instead of grouped (repeat_interleave)",

@@ -205,6 +205,7 @@ DECODE_WITH_CACHE = Exercise(
     signature="X, W_q, W_k, W_v",
     reference=decode_with_cache,
     cases=_decode_cases,
+    uses={"kv_cache_step": kv_cache_step},  # graded on its own
     traps=[
         Trap(
             "the causal limit was forgotten: every token saw the whole sequence",

@@ -8,16 +8,27 @@ cannot reach the real one), and runs nbgrader's ``Autograde`` converter with
 three extra preprocessors:
 
 ``IndependentChecks`` (before Execute)
-    static scan of the student's code, then the trusted re-decision of every
+    static scan of the student's code, then the trusted decision of every
     test cell (``grader.classroom.trusted`` + the sandbox), before the kernel
     starts so nothing the kernel writes can reach the sandbox;
 ``GuardedExecute`` (nbgrader's Execute)
-    kernels forked from the zygote with a memory cap and the guard; a dead
-    kernel or a runaway notebook ends with outputs that say so, not a crash;
+    kernels forked from the zygote (sealed in bubblewrap where it works,
+    ``grader.classroom.seal``) with a memory cap and the guard; hidden
+    test blocks are left out of what the kernel runs (they run only on the
+    trusted side); a dead kernel or a runaway notebook ends with outputs that
+    say so, not a crash;
 ``ApplyVerdicts`` (after Execute, before SaveAutoGrades)
-    a test cell the trusted side failed gets an error output carrying the
-    diagnosis, so nbgrader scores it 0; a pass in the kernel that the trusted
-    side failed is flagged.
+    every test cell's outputs say the trusted verdict and nothing else that
+    nbgrader would score: a pass has no error output, a failure exactly one,
+    carrying the diagnosis; whatever the cell wrote to stderr becomes a short
+    stdout note. A pass in the kernel that the trusted side failed outside
+    the hidden block is flagged.
+
+The same three preprocessors are in the course's ``nbgrader_config.py``, so
+plain ``nbgrader autograde`` (and the formgrader) grade the same way: without
+a job, ``IndependentChecks`` builds the notebook's context from nbgrader's
+resources (lesson, student, autograded folder), starts the fork server on
+first use, and ``ApplyVerdicts`` cleans up after the notebook.
 
 The result carries the final notebook; the coordinator writes it and the
 grades into the course (one writer for the real gradebook).
@@ -29,7 +40,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -41,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import guard, kernels, lessons, static
+from grader.classroom import guard, kernels, lessons, seal, static
 from grader.classroom.zygote import Zygote
 
 # ------------------------------------------------------------------ data crossing the executor
@@ -98,6 +108,7 @@ class JobResult:
     files: dict[str, bytes] = field(default_factory=dict)  # other files of the autograded folder
     error: str | None = None  # an internal failure of the tool (the submission is then retried)
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
+    isolation: str = ""  # "sealed" (bubblewrap), or "not sealed: <why>" (the guard alone; see seal.py)
 
     def summary(self) -> dict:
         """Everything but the bytes, as plain JSON data."""
@@ -136,9 +147,45 @@ def _zygote() -> Zygote:
     return _ZYGOTE
 
 
+_SEALED: Zygote | None = None
+_AREA: str | None = None
+
+
+def _sealed_area() -> str:
+    """This worker's folder that the seal shows (read-write): one sub-folder per job, removed after it."""
+    global _AREA
+    if _AREA is None:
+        import atexit
+
+        parent = Path(tempfile.gettempdir()) / f"classroom-sealed-{os.getuid()}"
+        parent.mkdir(mode=0o700, exist_ok=True)
+        for old in parent.iterdir():  # areas of workers that were stopped without cleaning up
+            pid = old.name.split("-")[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(old, ignore_errors=True)
+        _AREA = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
+        atexit.register(shutil.rmtree, _AREA, True)
+    return _AREA
+
+
+def _sealed_zygote() -> Zygote:
+    """The fork server inside the seal: kernels and sandboxes of this worker are forked from it."""
+    global _SEALED
+    if _SEALED is None:
+        env = kernels.kernel_env(None)
+        env["MPLBACKEND"] = "Agg"
+        _SEALED = Zygote(env, sealed_area=_sealed_area())
+        import atexit
+
+        atexit.register(_SEALED.close)
+    return _SEALED
+
+
 def warm_up() -> None:
-    """Start this worker's fork server and load nbgrader now, while the other workers do the same."""
+    """Start this worker's fork servers and load nbgrader now, while the other workers do the same."""
     _zygote().ensure()
+    if seal.available()[0]:
+        _sealed_zygote().ensure()
     import nbgrader.apps  # noqa: F401 - the slowest import of a job, done once per worker
 
 
@@ -154,6 +201,7 @@ SEVERITY = [
     "not verified",
     "syntax error",
     "not attempted",
+    "repaired",
     "graded",
 ]
 
@@ -211,10 +259,147 @@ def _grade_cells(nb: Any) -> list[Any]:
     return [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
 
 
+def _is_test_cell(cell: Any) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+# ------------------------------------------------------------------ plain nbgrader: a context per notebook
+
+
+def _begin_notebook(resources: dict, config: Any) -> bool:
+    """Set up the context of one notebook graded by plain nbgrader; False if it is not a lesson."""
+    _end_notebook()
+    info = resources.get("nbgrader") or {}
+    lesson_id = str(info.get("assignment") or "")
+    try:
+        lesson = lessons.lesson(lesson_id)
+    except (OSError, ValueError):
+        return False
+    autograded_dir = Path((resources.get("metadata") or {}).get("path") or os.getcwd()).resolve()
+    timeout = config.Execute.timeout if "timeout" in config.Execute else 60
+    # each kernel a process of its own (the fork server serves the trusted process only)
+    opts = Options(timeout=int(timeout or 60), kernels="plain")
+    root = Path(tempfile.mkdtemp(prefix="autograde-"))
+    for name in ("trusted", "scratch", "tmp"):
+        (root / name).mkdir()
+    deny = _protected_around(autograded_dir)
+    _CONTEXT.update(
+        plain=True,
+        student=str(info.get("student") or ""),
+        lesson=lesson,
+        options=opts,
+        root=root,
+        deny=deny,
+        flags=[],
+        notes=[],
+        cells=[],
+        phases={},
+        deadline=time.monotonic() + opts.notebook_timeout,
+    )
+    _configure_kernels(root, autograded_dir, deny, opts)
+    return True
+
+
+def _end_notebook() -> None:
+    """Stop what plain nbgrader's notebook left running and delete its private folder."""
+    if not _CONTEXT.get("plain"):
+        return
+    watchdog = _CONTEXT.get("watchdog")
+    if watchdog is not None:
+        watchdog.cancel()
+    _kill_kernels()
+    shutil.rmtree(_CONTEXT["root"], ignore_errors=True)
+    _close_box()
+    _CONTEXT.clear()
+
+
+def _protected_around(autograded_dir: Path) -> list[str]:
+    """What a kernel run in ``autograded_dir`` may not open: the sources, and every other part of the
+    work folder (the gradebook, other submissions, other students' autograded copies)."""
+    deny = [str(course.ROOT / "solutions")]
+    for top in {course.work_dir().resolve(), (course.ROOT / "_grading").resolve()}:
+        if not autograded_dir.is_relative_to(top) or autograded_dir == top:
+            deny.append(str(top))
+            continue
+        here = autograded_dir
+        while here != top:
+            if here.parent.is_dir():
+                deny += [str(p) for p in here.parent.iterdir() if p != here]
+            here = here.parent
+    return deny
+
+
+def _open_box(root: Path, autograded_dir: Path) -> Path:
+    """The folder where this notebook's student code may write (tmp, scratch; for a job, the autograded
+    copy too): inside the seal's area when sealed, else the private root. Records which it is."""
+    ok, why = seal.available()
+    if not ok:
+        _CONTEXT.update(box=root, isolation=f"{seal.NOT_SEALED}: {why}")
+        _CONTEXT["notes"].append(
+            f"{seal.NOT_SEALED}: {why}; the student's code ran under the in-process guard only"
+        )
+        return root
+    box = Path(tempfile.mkdtemp(prefix="job-", dir=_sealed_area()))
+    for name in ("tmp", "scratch", "pipes", "ipc"):
+        (box / name).mkdir()
+    if _CONTEXT.get("job"):  # nbgrader writes the autograded copy where the sealed kernel can work in it
+        (box / "autograded").mkdir()
+        autograded_dir.parents[1].symlink_to(box / "autograded", target_is_directory=True)
+    _CONTEXT.update(box=box, isolation=seal.SEALED)
+    return box
+
+
+def _close_box() -> None:
+    """Delete the notebook's sealed folder; later kernels start with the defaults again."""
+    box = _CONTEXT.get("box")
+    if box is not None and box != _CONTEXT.get("root"):
+        shutil.rmtree(box, ignore_errors=True)
+    kernels.SETTINGS = kernels.KernelSettings()
+
+
+def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: Options) -> None:
+    """How this notebook's kernel is started: its seal, guard, memory cap and private temp folder."""
+    box = _open_box(root, autograded_dir)
+    sealed = box != root
+    kernel_policy = guard.policy(
+        deny=deny + [str(root / "trusted"), str(root / "scratch"), str(box / "scratch"), str(box / "pipes")],
+        write_only_in=[str(autograded_dir), str(box / "tmp"), os.devnull],
+        deny_imports=("grader",),
+    )
+    if not sealed:
+        kernels.SETTINGS.zygote = _zygote() if opts.kernels == "fork" else None
+    else:  # plain nbgrader's autograded folder is not in the sealed zygote's view: one bwrap per kernel
+        fork = opts.kernels == "fork" and _CONTEXT.get("job")
+        kernels.SETTINGS.zygote = _sealed_zygote() if fork else None
+    kernels.SETTINGS.sealed = sealed
+    kernels.SETTINGS.area = str(box / "ipc") if sealed else None
+    kernels.SETTINGS.memory = opts.memory
+    kernels.SETTINGS.guard = kernel_policy
+    kernels.SETTINGS.pids = []
+    kernels.SETTINGS.handles = []
+    kernels.SETTINGS.log = str(box / "kernel.log")
+    kernels.SETTINGS.threads = opts.threads
+    kernels.SETTINGS.env = {"TMPDIR": str(box / "tmp"), "IPYTHONDIR": str(box / "tmp" / "ipython")}
+
+
+def _kill_kernels() -> None:
+    """Kill the notebook's kernels, and in the seal every process the notebook left behind."""
+    kernels.kill_all()
+    if _CONTEXT.get("isolation") == seal.SEALED and _SEALED is not None:
+        try:
+            _SEALED.reset()
+        except RuntimeError:
+            pass
+
+
 class IndependentChecks(NbGraderPreprocessor):
     """Decide every test cell outside the kernel (see grader.classroom.trusted)."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        if not _CONTEXT.get("job") and not _begin_notebook(resources, self.config):
+            self.log.warning("Not a lesson of this course: graded by the notebook alone")
+            return nb, resources
         ctx = _CONTEXT
         lesson: lessons.Lesson = ctx["lesson"]
         student_cells = []
@@ -257,27 +442,49 @@ class IndependentChecks(NbGraderPreprocessor):
 def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
     opts: Options = ctx["options"]
     root: Path = ctx["root"]
-    scratch = root / "scratch"
+    box: Path = ctx.get("box", root)
+    scratch = box / "scratch"
+    sealed = box != root
     sandbox_policy = guard.policy(
         deny=ctx["deny"] + [str(root / "course"), str(trusted_dir)],
         write_only_in=[str(scratch), os.devnull],
-        read_only_in=_sandbox_readable() + [str(scratch)],
+        read_only_in=_sandbox_readable() + [str(scratch)] + (["/tmp/matplotlib"] if sealed else []),
         deny_imports=("grader",),
         strict=True,
     )
     budget = max(30, opts.timeout * (len(ctx["lesson"].cells) + 4))
+    sandbox_cfg = {
+        "scratch": str(scratch),
+        "memory": opts.memory,
+        "cpu_seconds": budget + 30,
+        "guard": sandbox_policy,
+        "cell_timeout": opts.timeout,
+    }
+    box_proc = None
+    pipes = None
+    if sealed:  # the sandbox is forked in the seal; the trusted process outside talks to it by named pipes
+        pipes = {
+            "to_sandbox": str(box / "pipes" / "to_sandbox"),
+            "from_sandbox": str(box / "pipes" / "from_sandbox"),
+        }
+        for path in pipes.values():
+            os.mkfifo(path, 0o600)
+        box_proc = _sealed_zygote().fork(
+            "sandbox",
+            cwd=str(scratch),
+            env=_child_env(ctx),
+            pipes=pipes,
+            sandbox=sandbox_cfg,
+            log=str(box / "sandbox.log"),
+            threads=opts.threads,
+        )
     proc = _zygote().fork(
         "trusted",
         cwd=str(trusted_dir),
         env=_child_env(ctx),
         job=str(trusted_dir / "job.json"),
-        sandbox={
-            "scratch": str(scratch),
-            "memory": opts.memory,
-            "cpu_seconds": budget + 30,
-            "guard": sandbox_policy,
-            "cell_timeout": opts.timeout,
-        },
+        sandbox=sandbox_cfg,
+        pipes=pipes,
         log=str(root / "trusted.log"),
         threads=opts.threads,
     )
@@ -286,6 +493,9 @@ def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
     except Exception:  # noqa: BLE001 - took too long
         proc.kill()
         return None
+    finally:
+        if box_proc is not None:
+            box_proc.kill()
     result = trusted_dir / "result.json"
     if not result.exists():
         return None
@@ -334,7 +544,7 @@ def _child_env(ctx: dict) -> dict[str, str]:
     env = kernels.kernel_env(None)
     env["MPLBACKEND"] = "Agg"
     env["NBGRADER_EXECUTION"] = "autograde"
-    env["TMPDIR"] = str(ctx["root"] / "tmp")
+    env["TMPDIR"] = str(ctx.get("box", ctx["root"]) / "tmp")
     return env
 
 
@@ -348,31 +558,47 @@ class GuardedExecute(Execute):
 
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
         self._current = index
-        return super().preprocess_cell(cell, resources, index)
+        if not (_CONTEXT and _is_test_cell(cell) and lessons.HIDDEN_BLOCK.search(cell.source)):
+            return super().preprocess_cell(cell, resources, index)
+        # hidden checks run only on the trusted side: the kernel runs what students see
+        source = cell.source
+        cell.source = _student_view(source)
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        finally:
+            cell.source = source
 
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
-        from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
         self._current = -1
+        if _CONTEXT.get("plain"):
+            watchdog = threading.Timer(_CONTEXT["options"].notebook_timeout, _stop_notebook)
+            watchdog.daemon = True
+            watchdog.start()
+            _CONTEXT["watchdog"] = watchdog
         try:
             return super().preprocess(nb, resources, km)
         except Exception as e:  # noqa: BLE001 - the kernel or the notebook ran out of road
-            if _CONTEXT.get("notebook_timed_out"):
-                ename, why = "NotebookTimeout", "the notebook ran past its time limit and was stopped"
-            elif isinstance(e, CellTimeoutError):
-                ename, why = "CellTimeoutError", "the cell ran past its time limit"
-            elif isinstance(e, DeadKernelError) or "died" in str(e).lower():
-                ename, why = (
-                    "KernelDied",
-                    (
-                        "the kernel died while running this cell (os._exit, exit(), a crash, "
-                        "or the memory limit)"
-                    ),
-                )
-            else:
-                ename, why = "KernelDied", f"the kernel stopped: {type(e).__name__}: {e}"
-            self._mark_rest(nb, ename, why)
-            return nb, resources
+            return self._ran_out(nb, resources, e)
+        finally:
+            if _CONTEXT.get("watchdog") is not None:
+                _CONTEXT.pop("watchdog").cancel()
+
+    def _ran_out(self, nb: Any, resources: Any, e: Exception) -> Any:
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        if _CONTEXT.get("notebook_timed_out"):
+            ename, why = "NotebookTimeout", "the notebook ran past its time limit and was stopped"
+        elif isinstance(e, CellTimeoutError):
+            ename, why = "CellTimeoutError", "the cell ran past its time limit"
+        elif isinstance(e, DeadKernelError) or "died" in str(e).lower():
+            ename, why = (
+                "KernelDied",
+                ("the kernel died while running this cell (os._exit, exit(), a crash, or the memory limit)"),
+            )
+        else:
+            ename, why = "KernelDied", f"the kernel stopped: {type(e).__name__}: {e}"
+        self._mark_rest(nb, ename, why)
+        return nb, resources
 
     def _mark_rest(self, nb: Any, ename: str, why: str) -> None:
         for i, cell in enumerate(nb.cells):
@@ -387,13 +613,33 @@ class GuardedExecute(Execute):
 
 
 class ApplyVerdicts(NbGraderPreprocessor):
-    """Score a test cell 0 unless the trusted side passed it too; flag kernel passes it failed."""
+    """Make every test cell's outputs say the trusted verdict; flag kernel passes it failed."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        if not _CONTEXT:  # not a lesson: only what no verdict may depend on
+            for cell in _grade_cells(nb):
+                cell.outputs = _stderr_as_note(cell.get("outputs", []))
+            return nb, resources
+        try:
+            self._apply(nb)
+        finally:
+            if _CONTEXT.get("plain"):
+                ctx = _CONTEXT
+                who = f"{ctx['student']}/{ctx['lesson'].id}"
+                for flag in ctx["flags"]:
+                    self.log.warning("Flagged for review: %s: %s", who, flag)
+                for note in ctx["notes"]:
+                    self.log.info("%s: %s", who, note)
+                _end_notebook()
+        return nb, resources
+
+    def _apply(self, nb: Any) -> None:
         from nbgrader.utils import determine_grade
 
         ctx = _CONTEXT
-        ctx["phases"]["notebook run"] = round(time.perf_counter() - ctx["phases"].pop("kernel start"), 3)
+        started = ctx["phases"].pop("kernel start", None)
+        if started is not None:
+            ctx["phases"]["notebook run"] = round(time.perf_counter() - started, 3)
         ctx["run"] = run_status(nb)
         trusted = ctx.get("trusted")
         verdicts = (trusted or {}).get("verdicts", {})
@@ -401,8 +647,10 @@ class ApplyVerdicts(NbGraderPreprocessor):
         for cell in _grade_cells(nb):
             gid = cell.metadata["nbgrader"]["grade_id"]
             points = float(cell.metadata["nbgrader"].get("points", 0) or 0)
+            kernel_error = _first_error(cell)
             kernel_score, _ = determine_grade(cell, self.log)
             kernel_passed = kernel_score is not None and kernel_score >= points
+            outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
             if verdict is None:
                 if trusted is None:
@@ -411,10 +659,10 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 else:
                     reason = "this check did not run outside the notebook"
                 verdict = {"passed": False, "ename": "NotVerified", "message": reason}
-            if (
-                verdict["passed"] is None
-            ):  # cannot be decided outside the notebook: the kernel's verdict stands
+            if verdict["passed"] is None:
+                # cannot be decided outside the notebook: the kernel's verdict (visible part) stands
                 ctx["notes"].append(f"{gid}: checked in the notebook only ({verdict.get('message', '')})")
+                cell.outputs = outputs
                 ctx["cells"].append(
                     CellResult(gid, lesson.exercise_of(gid), points, 0.0, kernel_passed, None)
                 )
@@ -429,22 +677,93 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 message="" if verdict["passed"] else verdict.get("message", ""),
                 diagnosis=verdict.get("diagnosis"),
             )
-            if not verdict["passed"]:
-                if kernel_passed and verdict.get("ename") != "NotVerified":
+            kept = [o for o in outputs if o.get("output_type") != "error" and not _is_score(o)]
+            if verdict["passed"]:
+                if kernel_error is not None:
+                    ename, evalue = kernel_error
+                    ctx["notes"].append(
+                        f"{gid}: failed in the notebook ({ename}), passed the independent check"
+                    )
+                    kept.append(
+                        _stream_note(
+                            f"Note: in the notebook this check raised {ename}: {evalue}\n"
+                            "It passed when checked outside the notebook, so it keeps its points."
+                        )
+                    )
+                cell.outputs = kept
+            else:
+                if kernel_passed and verdict.get("ename") != "NotVerified" and not verdict.get("hidden"):
                     if "did not finish" in result.message or "ended its process" in result.message:
                         ctx["notes"].append(
                             f"{gid}: passed in the notebook, but the check outside it could not finish"
                         )
                     else:
                         ctx["flags"].append(f"{gid}: passed in the notebook, failed the independent check")
-                # keep the kernel's own error when it failed there too (it is what the student saw),
-                # but always make sure the cell carries the independent verdict
-                if kernel_passed or not _has_error(cell):
-                    cell.outputs = [_error_output(verdict.get("ename") or "AssertionError", result.message)]
-                elif verdict.get("ename") == "AssertionError" and result.message:
-                    cell.outputs = [_error_output("AssertionError", result.message)]
+                ename = verdict.get("ename") or "AssertionError"
+                cell.outputs = kept + [_error_output(ename, result.message or ename)]
             ctx["cells"].append(result)
-        return nb, resources
+
+
+def _first_error(cell: Any) -> tuple[str, str] | None:
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            return str(out.get("ename", "")), str(out.get("evalue", ""))
+    return None
+
+
+def _is_score(output: Any) -> bool:
+    """An execute_result that nbgrader would read as partial credit."""
+    if output.get("output_type") != "execute_result":
+        return False
+    try:
+        float(output.get("data", {}).get("text/plain", ""))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+STDERR_NOTE = "Note: your code wrote this to stderr (it does not affect the grade):"
+NOTE_LINES = 20
+NOTE_BYTES = 2048
+
+
+def _stream_note(text: str) -> NotebookNode:
+    return NotebookNode(
+        output_type="stream", name="stdout", text=text if text.endswith("\n") else text + "\n"
+    )
+
+
+def _stderr_as_note(outputs: list) -> list:
+    """The outputs with everything written to stderr turned into one short stdout note, where it began."""
+    written = "".join(
+        "".join(o.get("text", "")) if isinstance(o.get("text"), list) else str(o.get("text", ""))
+        for o in outputs
+        if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    )
+    if not any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in outputs):
+        return list(outputs)
+    lines = written.splitlines()
+    shown: list[str] = []
+    size = 0
+    for line in lines[:NOTE_LINES]:
+        if size + len(line) + 1 > NOTE_BYTES:
+            line = line[: max(0, NOTE_BYTES - size)]
+            if line:
+                shown.append(line + " ...")
+            break
+        shown.append(line)
+        size += len(line) + 1
+    more = len(lines) - len(shown)
+    text = "\n".join([STDERR_NOTE, *shown] + ([f"... ({more} more lines)"] if more > 0 else []))
+    out, placed = [], False
+    for o in outputs:
+        if o.get("output_type") == "stream" and o.get("name") == "stderr":
+            if not placed:
+                out.append(_stream_note(text))
+                placed = True
+            continue
+        out.append(o)
+    return out
 
 
 def _has_error(cell: Any) -> bool:
@@ -468,18 +787,23 @@ def _course_config(root: Path, lesson_id: str, options: Options) -> Any:
     cfg.NbGrader.logfile = ""
     cfg.Execute.timeout = options.timeout
     cfg.OverwriteCells.add_missing_cells = True
-    cfg.Autograde.autograde_preprocessors = [
-        IndependentChecks,
-        GuardedExecute,
-        ApplyVerdicts,
-        "nbgrader.preprocessors.IgnorePattern",
-        "nbconvert.preprocessors.ClearMetadataPreprocessor",
-        "nbgrader.preprocessors.LimitOutput",
-        "nbgrader.preprocessors.SaveAutoGrades",
-        "nbgrader.preprocessors.AssignLatePenalties",
-        "nbgrader.preprocessors.CheckCellMetadata",
-    ]
+    cfg.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     return cfg
+
+
+# what nbgrader runs after sanitizing a submission (nbgrader_config.py names the same list)
+AUTOGRADE_PREPROCESSORS = (
+    "grader.classroom.autograde.IndependentChecks",
+    "grader.classroom.autograde.GuardedExecute",
+    "grader.classroom.autograde.ApplyVerdicts",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "grader.classroom.cells.CapOutputs",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+)
 
 
 def _test_cell_notes(submitted: Any, lesson: lessons.Lesson) -> list[str]:
@@ -552,6 +876,7 @@ def grade_job(job: Job) -> JobResult:
         result.error = traceback.format_exc()[-4000:]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        _close_box()
         _CONTEXT.clear()
     result.seconds = round(time.perf_counter() - start, 3)
     return result
@@ -583,6 +908,12 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         ]
         return
     result.notes += _test_cell_notes(submitted, lesson)
+    # what RestoreCells will repair in nbgrader's sanitize step (the same function, on a copy)
+    from grader.classroom import cells as cell_repair
+
+    repairs = cell_repair.repair(nbformat.from_dict(submitted), lesson.release)
+    repaired = {note.split(":", 1)[0] for note in repairs}
+    result.notes = [n for n in result.notes if n.split(":", 1)[0] not in repaired] + repairs
 
     # a private course for this one submission
     course_dir = root / "course"
@@ -597,6 +928,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     deny = list(opts.protect) or default_protected()
     _CONTEXT.clear()
     _CONTEXT.update(
+        job=True,
         lesson=lesson,
         options=opts,
         root=root,
@@ -608,17 +940,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         deadline=time.monotonic() + opts.notebook_timeout,
     )
     autograded_dir = course_dir / "autograded" / job.student / job.lesson
-    kernel_policy = guard.policy(
-        deny=deny + [str(root / "trusted"), str(root / "scratch")],
-        write_only_in=[str(autograded_dir), str(root / "tmp"), os.devnull],
-    )
-    kernels.SETTINGS.zygote = _zygote() if opts.kernels == "fork" else None
-    kernels.SETTINGS.memory = opts.memory
-    kernels.SETTINGS.guard = kernel_policy
-    kernels.SETTINGS.pids = []
-    kernels.SETTINGS.log = str(root / "kernel.log")
-    kernels.SETTINGS.threads = opts.threads
-    kernels.SETTINGS.env = {"TMPDIR": str(root / "tmp"), "IPYTHONDIR": str(root / "tmp" / "ipython")}
+    _configure_kernels(root, autograded_dir, deny, opts)
 
     t0 = time.perf_counter()
     watchdog = threading.Timer(opts.notebook_timeout, _stop_notebook)
@@ -632,11 +954,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         outcome = api.autograde(job.lesson, job.student, force=True, create=True)
     finally:
         watchdog.cancel()
-        for pid in kernels.SETTINGS.pids:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        _kill_kernels()
     _CONTEXT["phases"]["nbgrader autograde"] = round(time.perf_counter() - t0, 3)
     final = autograded_dir / f"{job.lesson}.ipynb"
     if not outcome["success"] or not final.exists():
@@ -657,11 +975,14 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     result.cells = ctx["cells"]
     result.flags += ctx["flags"]
     result.notes += ctx["notes"]
+    result.isolation = ctx.get("isolation", "")
     statuses = set(ctx.get("run", set()))
     if ctx.get("not_verified"):
         statuses.add("not verified")
     if _unattempted(nb):
         statuses.add("not attempted")
+    if repairs:
+        statuses.add("repaired")
     result.status = worst(statuses)
     result.score = float(sum(c.score for c in result.cells))
     _score_cells(nb, result)
@@ -688,11 +1009,4 @@ def default_protected() -> list[str]:
 def _stop_notebook() -> None:
     """The whole notebook ran too long: kill its kernel (the executor then marks the rest)."""
     _CONTEXT["notebook_timed_out"] = True
-    for pid in list(kernels.SETTINGS.pids):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    kernels.kill_all()

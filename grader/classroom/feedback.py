@@ -11,7 +11,9 @@ close that gap and add a summary:
   code), any traceback through the grading package is cut the same way, and
   output that repeats a hidden line is dropped;
 - ``ResultsSummary``: a table at the top: each check, its points, passed or
-  not, and what to fix.
+  not, and what to fix;
+- ``grader.classroom.cells.CapOutputs`` (last): at most 64 KB of output per
+  cell, so a notebook that printed 100 MB still gives a small page.
 
 Every page written is then scanned for hidden-test lines; a page that shows
 one is deleted and reported, never left for students.
@@ -42,6 +44,10 @@ STATUS_NOTES = {
     ),
     "invalid notebook": "The file handed in is not a readable notebook: hand in the .ipynb saved from Jupyter.",
     "not attempted": "No exercise was attempted: write your code where a cell says YOUR CODE HERE.",
+    "repaired": (
+        "Some check cells of your notebook were changed, copied, relabelled or given other points: they "
+        "were put back as released, and your code was graded against them. Keep the cells you were given."
+    ),
 }
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -7,9 +7,13 @@ graded from the same file, hands the rest to an executor
 (``grader.classroom.autograde.grade_job``) and is the only writer of the
 course: for each finished job it writes the autograded folder, then the
 gradebook (nbgrader's own SaveAutoGrades and AssignLatePenalties on the
-final notebook), then a small JSON record in ``<work>/classroom/results/``.
+final notebook), then a small JSON record in ``<work>/classroom/results/``
+(the scores, and the timestamp and late penalty the gradebook then held).
 That record is written last, so a run killed at any point and run again
-grades exactly what is missing and ends with the same gradebook.
+grades exactly what is missing and ends with the same gradebook. Export
+(``grader.classroom.report``) reports the records and checks the gradebook
+against them: a row the coordinator did not write, or that changed since, is
+flagged.
 """
 
 from __future__ import annotations
@@ -219,6 +223,36 @@ def _write_gradebook(result: JobResult, timestamp: str | None, cfg: Any) -> None
     AssignLatePenalties(config=cfg).preprocess(nb, resources)
 
 
+def submission_in_gradebook(gb: Any, lesson: str, student: str) -> dict | None:
+    """What an open nbgrader ``Gradebook`` holds for one submission (None: no row)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        sub = gb.find_submission(lesson, student)
+    except MissingEntry:
+        return None
+    grades: dict[str, float] = {}
+    for nb in sub.notebooks:
+        for g in nb.grades:
+            grades[g.name] = float(g.score or 0) + float(g.extra_credit or 0)
+    return {
+        "timestamp": str(sub.timestamp) if sub.timestamp else None,
+        "late_penalty": float(sub.late_submission_penalty or 0),
+        "score": float(sub.score or 0),
+        "grades": grades,
+    }
+
+
+def _read_back(lesson: str, student: str, cfg: Any) -> dict | None:
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    warnings.filterwarnings("ignore", module="nbgrader")
+    with Gradebook(gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
+        return submission_in_gradebook(gb, lesson, student)
+
+
 def _write_files(result: JobResult, timestamp: str | None) -> None:
     dest = course.autograded_path(result.lesson, result.student)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -239,15 +273,38 @@ def merge(result: JobResult, sub: Submission, cfg: Any, lesson_digest: str) -> N
     timestamp = sub.timestamp
     _write_files(result, timestamp)
     _retry(_write_gradebook, result, timestamp, cfg)
+    written = _retry(_read_back, result.lesson, result.student, cfg) or {}
     record = result.summary()
     record.update(
-        lesson_digest=lesson_digest, graded_at=datetime.datetime.now().isoformat(timespec="seconds")
+        lesson_digest=lesson_digest,
+        graded_at=datetime.datetime.now().isoformat(timespec="seconds"),
+        timestamp=written.get("timestamp"),
+        late_penalty=written.get("late_penalty", 0.0),
     )
-    path = record_path(result.lesson, result.student)
+    _write_record(record)
+
+
+def _write_record(record: dict) -> None:
+    path = record_path(record["lesson"], record["student"])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, path)
+
+
+def record_failure(result: JobResult, lesson_digest: str) -> None:
+    """A submission that could not be graded still has a record (status "grading failed"), so it is
+    listed by export and the class report; the next run grades it again."""
+    record = result.summary()
+    record.update(
+        status="grading failed",
+        score=0.0,
+        max_score=lessons.lesson(result.lesson).max_score,
+        error=(result.error or "")[-2000:],
+        lesson_digest=lesson_digest,
+        graded_at=datetime.datetime.now().isoformat(timespec="seconds"),
+    )
+    _write_record(record)
 
 
 def already_graded(sub: Submission, lesson_digest: str, in_gradebook: set[tuple[str, str]]) -> bool:
@@ -307,6 +364,9 @@ class RunSummary:
     flagged: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
     interrupted: bool = False
+    not_sealed: str = (
+        ""  # why student code ran without the bubblewrap seal (grader.classroom.seal), if it did
+    )
 
     @property
     def per_minute(self) -> float:
@@ -366,12 +426,15 @@ def grade(
                 merge(result, sub, cfg, digests[sub.lesson])
                 summary.graded += 1
                 summary.by_status[result.status] = summary.by_status.get(result.status, 0) + 1
+                if result.isolation.startswith("not sealed"):
+                    summary.not_sealed = result.isolation.partition(": ")[2] or "unknown reason"
                 if result.flags:
                     summary.flagged.append(
                         {"student": sub.student, "lesson": sub.lesson, "flags": result.flags}
                     )
             else:
                 summary.failed.append({"student": sub.student, "lesson": sub.lesson, "error": result.error})
+                record_failure(result, digests[sub.lesson])
             if bar:
                 bar.update(f"{sub.student}/{sub.lesson}", problem=bool(result.flags or result.error))
     except KeyboardInterrupt:
@@ -392,6 +455,11 @@ def format_summary(s: RunSummary) -> str:
     if s.skipped:
         head += f"; {s.skipped} already graded from the same file, skipped"
     lines.append(head + ".")
+    if s.not_sealed:
+        lines.append(
+            f"NOT SEALED ({s.not_sealed}): student code ran without the bubblewrap boundary, "
+            "under the in-process guard only (install bubblewrap to seal it)."
+        )
     if s.interrupted:
         lines.append("Interrupted: run the same command again to grade the rest.")
     if s.by_status:

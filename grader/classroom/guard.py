@@ -6,6 +6,12 @@ protected paths (the gradebook, the instructor's sources, the hidden reference),
 to start other programs, to load native code through ctypes, or to signal other
 processes. The sandbox also refuses to import the grading package at all.
 
+An audit hook is not a sandbox (native code and interpreter internals can get
+past it). Where bubblewrap works, both processes run sealed as well
+(``grader.classroom.seal``): the protected files are then not even there, and
+this hook is a second line. Where it does not, this hook is all there is, and
+every result says "not sealed".
+
 This module imports nothing from the grading package: it is loaded into
 processes that must never see the hidden reference.
 """

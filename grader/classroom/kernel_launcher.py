@@ -1,6 +1,7 @@
 """Start an IPython kernel with the memory cap and the guard in place (no fork server).
 
 Usage (by GuardedKernelManager): ``python -m grader.classroom.kernel_launcher SPEC -f CONN``
+(``course_runtime.kernel_launcher`` inside the seal, see grader.classroom.seal)
 where SPEC is JSON ``{"memory": bytes or null, "guard": policy}``.
 """
 
@@ -16,7 +17,7 @@ if __name__ == "__main__":
         import torch  # noqa: F401
     except ImportError:
         pass
-    from grader.classroom import guard
+    from . import guard  # relative: inside the seal this package is course_runtime
 
     guard.limit_memory(spec.get("memory"))
     guard.install(spec.get("guard") or {})

@@ -1,22 +1,33 @@
-"""How a student's kernel is started: forked from the zygote, or as a guarded subprocess.
+"""How a student's kernel is started: sealed in bubblewrap, forked from the zygote, capped and guarded.
 
 nbclient asks its kernel manager to launch ``python -m ipykernel_launcher -f
-<connection file>``. ``GuardedKernelManager`` launches the same kernel but (a)
-forks it from the worker's zygote when there is one, so torch is already
-imported, and (b) in every case applies the memory cap and the guard's audit
-hook before any student code runs, with an environment that does not point at
-the course's work folder.
+<connection file>``. ``GuardedKernelManager`` launches the same kernel but
+(a) inside the seal (``grader.classroom.seal``) when bubblewrap works here:
+the kernel then talks over IPC sockets in a folder bound into the seal, as it
+has no network; (b) forked from the worker's zygote when there is one, so
+torch is already imported (a sealed zygote when sealed); (c) in every case
+with the memory cap and the guard's audit hook in place before any student
+code runs, and an environment that does not point at the course's work folder.
+
+Plain ``nbgrader autograde`` (and the formgrader's Autograde button) uses the
+same manager through the course's ``nbgrader_config.py``: there each kernel is
+a ``bwrap`` process of its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
+
+from grader.classroom import seal
 
 # variables a student kernel must not see (they lead to the real gradebook)
 SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID")
@@ -30,12 +41,22 @@ class KernelSettings:
     memory: int | None = None
     guard: dict = field(default_factory=dict)
     log: str | None = None
-    pids: list[int] = field(default_factory=list)  # kernels started for the current job
+    pids: list[int] = field(default_factory=list)  # kernels started for the current job (process groups)
+    handles: list[Any] = field(default_factory=list)  # sealed kernels of the current job (pids of the seal)
     env: dict = field(default_factory=dict)  # extra environment (private TMPDIR, IPYTHONDIR)
     threads: int = 1  # torch threads per kernel (several kernels share the machine)
+    sealed: bool | None = None  # None: seal whenever seal.available() says it can
+    area: str | None = None  # a writable folder the seal shows, for connection files and IPC sockets
 
 
 SETTINGS = KernelSettings()
+
+
+def sealing() -> bool:
+    """Whether the next kernel starts inside the seal."""
+    if SETTINGS.sealed is not None:
+        return SETTINGS.sealed
+    return seal.available()[0]
 
 
 def kernel_env(env: dict[str, str] | None) -> dict[str, str]:
@@ -44,6 +65,20 @@ def kernel_env(env: dict[str, str] | None) -> dict[str, str]:
         clean.pop(name, None)
     clean.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     return clean
+
+
+def kill_all() -> None:
+    """Kill every kernel started for the current job (and whatever they started)."""
+    for pid in list(SETTINGS.pids):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    for handle in list(SETTINGS.handles):
+        handle.kill()
 
 
 def _ipykernel_args(cmd: list[str]) -> list[str] | None:
@@ -55,18 +90,48 @@ def _ipykernel_args(cmd: list[str]) -> list[str] | None:
 
 
 class GuardedKernelManager(AsyncKernelManager):
-    """An AsyncKernelManager whose kernels are capped, guarded and (when possible) forked."""
+    """An AsyncKernelManager whose kernels are sealed, capped, guarded and (when possible) forked."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._sealed_dir: str | None = None
+        self._own_area: str | None = None
+        if sealing():
+            area = SETTINGS.area
+            if area is None or not os.path.isdir(area):
+                area = self._own_area = tempfile.mkdtemp(prefix="sealed-kernel-")
+            self._sealed_dir = tempfile.mkdtemp(prefix="kernel-", dir=area)
+            # no network in the seal: the kernel's sockets are files in a folder it can see
+            self.transport = "ipc"
+            self.ip = os.path.join(self._sealed_dir, "ipc")
+            self.connection_file = os.path.join(self._sealed_dir, "kernel.json")
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed_dir is not None
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart:
+            for folder in (self._own_area, self._sealed_dir):
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)
+
+    cleanup_resources = _async_cleanup_resources
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
         args = _ipykernel_args(kernel_cmd)
         settings = SETTINGS
         env = kernel_env(kw.get("env"))
         env.update(settings.env)
+        cwd = os.path.realpath(str(kw.get("cwd") or os.getcwd()))
         if args is not None and settings.zygote is not None:
+            if self.sealed != bool(getattr(settings.zygote, "sealed", False)):
+                raise RuntimeError("a sealed kernel needs a sealed fork server (and a plain one a plain one)")
             process = settings.zygote.fork(
                 "kernel",
                 argv=args,
-                cwd=str(kw.get("cwd") or os.getcwd()),
+                cwd=cwd,
                 env=env,
                 memory=settings.memory,
                 guard=settings.guard,
@@ -77,9 +142,13 @@ class GuardedKernelManager(AsyncKernelManager):
             assert prov is not None
             prov.process = process
             prov.pid = process.pid
-            prov.pgid = process.pid
             prov.cwd = kw.get("cwd")
-            settings.pids.append(process.pid)
+            if self.sealed:  # its pid is the seal's: signals go through the zygote
+                prov.pgid = None
+                settings.handles.append(process)
+            else:
+                prov.pgid = process.pid
+                settings.pids.append(process.pid)
             self._reconcile_connection_info(prov.connection_info)
             return
         if settings.threads:
@@ -87,7 +156,17 @@ class GuardedKernelManager(AsyncKernelManager):
             env.setdefault("MKL_NUM_THREADS", str(settings.threads))
         if args is not None:
             spec = json.dumps({"memory": settings.memory, "guard": settings.guard})
-            kernel_cmd = [sys.executable, "-m", "grader.classroom.kernel_launcher", spec, *args]
+            package = seal.RUNTIME_PACKAGE if self.sealed else "grader.classroom"
+            kernel_cmd = [sys.executable, "-m", f"{package}.kernel_launcher", spec, *args]
+        if self.sealed:
+            writable = [cwd, self._sealed_dir]
+            tmp = env.get("TMPDIR")
+            if tmp and os.path.isdir(tmp):
+                writable.append(tmp)
+            else:
+                env["TMPDIR"] = "/tmp"  # the seal's private /tmp
+            kernel_cmd = seal.command(kernel_cmd, writable=writable, cwd=cwd, env=env)
+            env = seal.sealed_env(env)
         kw["env"] = env
         await super()._async_launch_kernel(kernel_cmd, **kw)
         prov = self.provisioner

@@ -14,7 +14,8 @@ import nbformat
 from grader import course
 
 CHECK_CALL = re.compile(r"grader\.check\(\s*[\"'](\w+)[\"']\s*,\s*(\w+)\s*\)")
-HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+# the block and the newline after it, as nbgrader removes it (so a student view matches exactly)
+HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS\n?", re.S)
 SOLUTION_BLOCK = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
 
 
@@ -28,6 +29,44 @@ class Cell:
 
 
 @dataclass
+class ReleaseCell:
+    """A cell the release gives an nbgrader role (test, answer, locked text), as the gradebook records it."""
+
+    name: str  # its grade id
+    cell_type: str
+    source: str
+    grade: bool = False
+    solution: bool = False
+    locked: bool = False
+    task: bool = False
+    points: float = 0.0
+
+    @property
+    def is_test(self) -> bool:
+        return self.grade and not self.solution
+
+    @property
+    def student_source(self) -> str:
+        """The source as students receive it (hidden blocks removed)."""
+        return HIDDEN_BLOCK.sub("", self.source)
+
+    def metadata(self) -> dict:
+        """The cell's nbgrader metadata as released."""
+        meta = {
+            "cell_type": self.cell_type,
+            "grade": self.grade,
+            "grade_id": self.name,
+            "locked": self.locked,
+            "schema_version": 3,
+            "solution": self.solution,
+            "task": self.task,
+        }
+        if self.grade or self.task:
+            meta["points"] = self.points
+        return meta
+
+
+@dataclass
 class Lesson:
     """A lesson's source cells, graded names, test cells and hidden lines."""
 
@@ -37,6 +76,7 @@ class Lesson:
     graded_names: list[str]
     digest: str
     checks: dict[str, str] = field(default_factory=dict)  # test grade id -> exercise it checks
+    release: list[ReleaseCell] = field(default_factory=list)  # every cell with an nbgrader role, in order
 
     @property
     def tests(self) -> list[Cell]:
@@ -86,11 +126,24 @@ def _top_level_names(source: str) -> list[str]:
 def _read(path: Path) -> Lesson:
     raw = path.read_bytes()
     nb = nbformat.reads(raw.decode(), as_version=4)
-    cells, names, checks = [], [], {}
+    cells, names, checks, release = [], [], {}, []
     for i, c in enumerate(nb.cells):
+        meta = c.metadata.get("nbgrader", {})
+        if meta.get("grade_id") and (meta.get("grade") or meta.get("solution") or meta.get("locked")):
+            release.append(
+                ReleaseCell(
+                    name=meta["grade_id"],
+                    cell_type=c.cell_type,
+                    source=c.source,
+                    grade=bool(meta.get("grade")),
+                    solution=bool(meta.get("solution")),
+                    locked=bool(meta.get("locked")),
+                    task=bool(meta.get("task")),
+                    points=float(meta.get("points", 0) or 0),
+                )
+            )
         if c.cell_type != "code":
             continue
-        meta = c.metadata.get("nbgrader", {})
         if meta.get("solution"):
             kind = "solution"
             names += [n for n in _top_level_names(c.source) if n not in names]
@@ -110,7 +163,9 @@ def _read(path: Path) -> Lesson:
             m = CHECK_CALL.search(c.source)
             if m:
                 checks[cell.grade_id] = m.group(2)
-    lesson = Lesson(path.parent.name, path, cells, names, hashlib.sha256(raw).hexdigest()[:16], checks)
+    lesson = Lesson(
+        path.parent.name, path, cells, names, hashlib.sha256(raw).hexdigest()[:16], checks, release
+    )
     return lesson
 
 

@@ -2,7 +2,11 @@
 
 Written to ``<work>/report/`` (or ``--out``):
 
-- ``grades.csv``: nbgrader's own export (one row per student and lesson);
+- ``grades.csv``: nbgrader's export columns (one row per student and lesson) holding the
+  tool's own values (its grading records), plus ``gradebook_check``: the coordinator is the
+  only writer of grades, so every gradebook row it did not write, or that differs from what
+  it wrote (a score edited in the database, a manual grade, a run of plain nbgrader), is
+  flagged there and in the class report;
 - ``class_report.md``: per-exercise pass rates, the most frequent diagnosed
   misconceptions, submissions flagged for tampering, the ones that did not run
   cleanly, and the slowest;
@@ -48,6 +52,7 @@ class ClassReport:
     slowest: list[dict] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
     submissions: int = 0
+    gradebook: list[dict] = field(default_factory=list)  # gradebook rows that disagree with the records
 
 
 def build(records: list[dict]) -> ClassReport:
@@ -182,7 +187,18 @@ def markdown(rep: ClassReport, chart_name: str = "class_report.png") -> str:
         )
     else:
         out.append("None.")
-    out += ["", "## Did not run cleanly", ""]
+    out += ["", "## Gradebook check", ""]
+    if rep.gradebook:
+        out.append(
+            "The gradebook disagrees with the grading records here; `grades.csv` reports the records' "
+            "values and names each row in its `gradebook_check` column."
+        )
+        out.append("")
+        out += ["| student | lesson | what differs |", "|---|---|---|"]
+        out += [f"| {g['student']} | {g['lesson']} | {g['problem']} |" for g in rep.gradebook]
+    else:
+        out.append("The gradebook holds exactly what the grading tool wrote.")
+    out += ["", "## Did not run cleanly, or repaired", ""]
     if rep.problems:
         out += ["| student | lesson | status | score |", "|---|---|---|---|"]
         out += [f"| {p['student']} | {p['lesson']} | {p['status']} | {p['score']:g} |" for p in rep.problems]
@@ -193,18 +209,123 @@ def markdown(rep: ClassReport, chart_name: str = "class_report.png") -> str:
     return "\n".join(out) + "\n"
 
 
-def grades_csv(path: Path) -> Path:
-    """nbgrader's own CSV export of the gradebook."""
-    from nbgrader.api import Gradebook
-    from nbgrader.plugins import CsvExportPlugin
+GRADE_COLUMNS = [
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+    "gradebook_check",
+]
 
+
+def _differences(record: dict, held: dict) -> list[str]:
+    """How a gradebook row differs from the grading record the tool wrote it from."""
+    found = []
+    mine = {c["grade_id"]: float(c["score"]) for c in record.get("cells", [])}
+    for gid in sorted(set(mine) | set(held["grades"])):
+        if gid not in held["grades"]:
+            found.append(f"{gid} missing")
+        elif gid not in mine:
+            found.append(f"{gid}: {held['grades'][gid]:g} for a check the tool did not grade")
+        elif abs(held["grades"][gid] - mine[gid]) > 1e-9:
+            found.append(f"{gid}: {held['grades'][gid]:g} (tool: {mine[gid]:g})")
+    penalty = float(record.get("late_penalty") or 0)
+    if abs(held["late_penalty"] - penalty) > 1e-9:
+        found.append(f"late penalty {held['late_penalty']:g} (tool: {penalty:g})")
+    if "timestamp" in record and held["timestamp"] != record["timestamp"]:
+        found.append(f"timestamp {held['timestamp']} (tool: {record['timestamp']})")
+    return found
+
+
+def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """Grade rows from the tool's records, each checked against the gradebook; and the disagreements.
+
+    Every lesson the gradebook knows x every student it knows or the records name: the tool's
+    values where it graded the submission; a row it did not write is listed without a score.
+    """
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    warnings.filterwarnings("ignore", module="nbgrader")
     cfg = grading.course_config()
-    plugin = CsvExportPlugin(config=cfg)
-    plugin.to = str(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    by_key = {(r["student"], r["lesson"]): r for r in records}
+    rows, problems = [], []
     with Gradebook(grading.gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
-        plugin.export(gb)
-    return path
+        students = {s.id: s for s in gb.students}
+        student_ids = sorted(set(students) | {s for s, _ in by_key})
+        assignments = {a.name: a for a in gb.assignments}
+        for lesson in sorted(set(assignments) | {lesson for _, lesson in by_key}):
+            if only_lessons and lesson not in only_lessons:
+                continue
+            assignment = assignments.get(lesson)
+            for sid in student_ids:
+                record = by_key.get((sid, lesson))
+                held = grading.submission_in_gradebook(gb, lesson, sid) if assignment else None
+                student = students.get(sid)
+                row = {
+                    "assignment": lesson,
+                    "duedate": assignment.duedate if assignment else "",
+                    "student_id": sid,
+                    "last_name": student.last_name if student else "",
+                    "first_name": student.first_name if student else "",
+                    "email": student.email if student else "",
+                    "max_score": assignment.max_score if assignment else "",
+                    "timestamp": "",
+                    "raw_score": 0.0,
+                    "late_submission_penalty": 0.0,
+                    "score": 0.0,
+                    "gradebook_check": "",
+                }
+                if record is not None:
+                    penalty = float(record.get("late_penalty") or 0)
+                    row.update(
+                        timestamp=record.get("timestamp") or "",
+                        raw_score=float(record["score"]),
+                        late_submission_penalty=penalty,
+                        score=max(0.0, float(record["score"]) - penalty),
+                        max_score=record.get("max_score", row["max_score"]),
+                    )
+                    if record.get("status") == "grading failed":
+                        problem = "could not be graded: run grade again"
+                    elif held is None:
+                        problem = "missing from the gradebook"
+                    else:
+                        problem = "; ".join(_differences(record, held))
+                        if problem:
+                            problem = "gradebook differs: " + problem
+                elif held is not None:
+                    row.update(
+                        timestamp=held["timestamp"] or "", raw_score="", late_submission_penalty="", score=""
+                    )
+                    problem = f"not written by the grading tool (the gradebook says {held['score']:g})"
+                else:
+                    problem = ""
+                row["gradebook_check"] = problem
+                if problem:
+                    problems.append({"student": sid, "lesson": lesson, "problem": problem})
+                rows.append({k: "" if v is None else v for k, v in row.items()})
+    return rows, problems
+
+
+def grades_csv(
+    path: Path, records: list[dict], only_lessons: list[str] | None = None
+) -> tuple[Path, list[dict]]:
+    """grades.csv in nbgrader's columns, from the tool's records, checked against the gradebook."""
+    rows, problems = verify(records, only_lessons)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, GRADE_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return path, problems
 
 
 def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -> dict[str, Path]:
@@ -213,7 +334,8 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
     out_dir.mkdir(parents=True, exist_ok=True)
     records = grading.load_records(only_lessons)
     rep = build(records)
-    paths = {"grades": grades_csv(out_dir / "grades.csv")}
+    grades, rep.gradebook = grades_csv(out_dir / "grades.csv", records, only_lessons)
+    paths = {"grades": grades}
     paths["chart"] = chart(rep, out_dir / "class_report.png")
     paths["report"] = out_dir / "class_report.md"
     paths["report"].write_text(markdown(rep, paths["chart"].name))

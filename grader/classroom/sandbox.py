@@ -1,7 +1,10 @@
 """The sandbox: runs a student's code, outside the kernel, for the trusted process to call.
 
-It is forked (from the zygote, through the trusted process) before anything
-from the grading package is loaded, then, before the first line of student
+It is forked before anything from the grading package is loaded: from the
+sealed zygote, inside bubblewrap, where the grading package does not exist and
+the trusted process outside reaches it through two named pipes
+(``grader.classroom.seal``); or, not sealed, by the trusted process itself,
+from the plain zygote. Then, before the first line of student
 code, it caps its memory and CPU time, forgets and refuses the ``grader``
 package, and installs the guard's audit hook: it can read only the Python
 installation, the student helpers and data, and its own scratch folder.
@@ -14,7 +17,20 @@ reads with ``weights_only=True``, so nothing the student made can run there:
 - ``("names", [name, ...])``: which names exist, and which are callable;
 - ``("get", name)``: the value of a name (tensors, numbers, strings, containers);
 - ``("call", name, args, kwargs)``: call a function; answers its result (or the
-  exception's type, module and message) and its arguments after the call.
+  exception's type, module and message) and its arguments after the call;
+- ``("call", name, args, kwargs, [other, ...])``: the same, with each named
+  function rebound in the student's namespace, for this call only, to a stub
+  that asks the trusted side: the stub sends ``{"callback": other, "args",
+  "kwargs"}`` (plain data, like any answer) and returns the ``{"value"}`` the
+  trusted side sends back (or raises its ``{"error"}``). Where arguments
+  require a gradient, it also sends ``"needs_grad"`` (their positions among
+  the arguments' tensors) and gets a ``"key"``; the value's backward pass
+  sends ``{"backward": key, "grads"}`` and gets the arguments' gradients. No
+  code crosses the pipe, only values;
+- ``("call", name, args, kwargs, [other, ...], [forbidden, ...])``: the same,
+  with each forbidden function (a dotted name such as ``torch.softmax``)
+  wrapped for this call only, so that the answer's ``"called"`` lists those
+  the student's code called.
 """
 
 from __future__ import annotations
@@ -185,7 +201,7 @@ def _safe_str(e: BaseException) -> str:
 
 def serve(rfd: int, wfd: int, cfg: dict) -> None:
     """Lock this process down, then answer requests until the pipe closes."""
-    from grader.classroom import guard
+    from . import guard  # relative: inside the seal this package is course_runtime
 
     os.chdir(cfg["scratch"])
     os.environ["MPLBACKEND"] = "Agg"
@@ -213,7 +229,7 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
         except EOFError:
             return
         try:
-            answer = handle(request, namespace, timeout)
+            answer = handle(request, namespace, timeout, (rfd, wfd))
             payload = dump(answer)
         except BaseException as e:  # noqa: BLE001 - the answer itself could not be made
             payload = dump(
@@ -222,7 +238,130 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
         send(wfd, payload)
 
 
-def handle(request: tuple, namespace: dict, timeout: float) -> dict:
+def tensors(x: Any) -> list:
+    """Every tensor in a value made of tuples, lists and dicts, in a fixed order (both sides agree on it)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in tensors(v)]
+    return []
+
+
+def with_tensors(x: Any, new: Any) -> Any:
+    """x with its tensors replaced, in the order of ``tensors(x)``, by those ``new`` (an iterator) yields."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return next(new)
+    if isinstance(x, tuple):
+        return tuple(with_tensors(v, new) for v in x)
+    if isinstance(x, list):
+        return [with_tensors(v, new) for v in x]
+    if isinstance(x, dict):
+        return {k: with_tensors(v, new) for k, v in x.items()}
+    return x
+
+
+def _ask(channel: tuple[int, int], message: dict) -> dict:
+    rfd, wfd = channel
+    send(wfd, dump(message))
+    reply = pickle.loads(receive(rfd))
+    if "error" in reply:
+        info = reply["error"]
+        cls = getattr(builtins, str(info.get("type")), None)
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            cls = RuntimeError
+        raise cls(str(info.get("message")))
+    return reply
+
+
+def _callback_stub(name: str, channel: tuple[int, int]) -> Any:
+    """A function that asks the trusted side to run ``name`` on these arguments and returns its value.
+
+    When arguments require a gradient, the value is tied to them by an autograd function whose
+    backward asks the trusted side for the gradient too, so the student's training loop still works.
+    """
+    import torch
+
+    class Remote(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, call: dict, *inputs: Any) -> Any:
+            reply = _ask(channel, call)
+            ctx.key = reply["key"]
+            call["value"] = reply.get("value")
+            outs = tensors(call["value"])
+            ctx.mark_non_differentiable(*[t for t in outs if not t.is_floating_point()])
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            reply = _ask(channel, {"backward": ctx.key, "grads": plain(list(grads))})
+            return (None, *reply.get("value"))
+
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        call = {"callback": name, "args": plain(tuple(args)), "kwargs": plain(dict(kwargs))}
+        inputs = tensors((args, kwargs))
+        wanted = [i for i, t in enumerate(inputs) if t.requires_grad] if torch.is_grad_enabled() else []
+        if not wanted:
+            return _ask(channel, call).get("value")
+        call["needs_grad"] = wanted
+        outs = Remote.apply(call, *[inputs[i] for i in wanted])
+        return with_tensors(call["value"], iter(outs))
+
+    stub.__name__ = stub.__qualname__ = name
+    return stub
+
+
+def _resolve(qualified: str) -> tuple[Any, str]:
+    """The object holding a dotted name's last part: 'torch.Tensor.softmax' -> (torch.Tensor, 'softmax')."""
+    import importlib
+
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            owner = getattr(owner, part)
+        return owner, parts[-1]
+    raise ValueError(f"cannot resolve {qualified!r}")
+
+
+def _watch(names: list[str], namespace: dict, called: list[str]) -> list[tuple[Any, str, Any, bool]]:
+    """Wrap each named function so that a call is recorded in ``called`` (and still computes); return
+    what to put back afterwards."""
+    restore: list[tuple[Any, str, Any, bool]] = []
+    for name in names:
+        try:
+            owner, attr = _resolve(name)
+            original = getattr(owner, attr)
+        except (ValueError, AttributeError):
+            continue
+
+        def watched(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            if _name not in called:
+                called.append(_name)
+            return _original(*args, **kwargs)
+
+        try:
+            restore.append((owner, attr, original, attr in vars(owner)))
+            setattr(owner, attr, watched)
+        except (AttributeError, TypeError):
+            restore.pop()
+            continue
+        for key, value in list(namespace.items()):
+            if value is original:  # ``from torch import softmax`` in the student's code
+                restore.append((namespace, key, original, True))
+                namespace[key] = watched
+    return restore
+
+
+def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, int] | None = None) -> dict:
     op = request[0]
     if op == "run":
         errors = [run_cell(src, label, namespace, timeout) for label, src in request[1]]
@@ -240,8 +379,15 @@ def handle(request: tuple, namespace: dict, timeout: float) -> dict:
     if op == "get":
         return {"value": plain(namespace.get(request[1]))}
     if op == "call":
-        _, name, args, kwargs = request
+        name, args, kwargs = request[1:4]
+        substitutes = list(request[4]) if len(request) > 4 and channel is not None else []
+        forbidden = [str(n) for n in request[5]] if len(request) > 5 else []
         fn = namespace.get(name)
+        saved = {n: namespace[n] for n in substitutes if n in namespace}
+        for n in substitutes:
+            namespace[n] = _callback_stub(n, channel)
+        called: list[str] = []
+        restore = _watch(forbidden, namespace, called)
         signal.signal(signal.SIGALRM, _alarm)
         try:
             if fn is None:
@@ -251,12 +397,26 @@ def handle(request: tuple, namespace: dict, timeout: float) -> dict:
                 value = fn(*args, **kwargs)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            return {"value": plain(value), "args": plain(tuple(args))}
+            return {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
         except BaseException as e:  # noqa: BLE001 - the student's error goes back as data
             kind = "TimeoutError" if isinstance(e, CellTimeout) else type(e).__name__
             module = "builtins" if isinstance(e, CellTimeout) else type(e).__module__
             return {
                 "error": {"type": kind, "module": str(module), "message": _safe_str(e)},
                 "args": plain(tuple(args)),
+                "called": list(called),
             }
+        finally:
+            for owner, attr, original, own in reversed(restore):
+                if isinstance(owner, dict):
+                    owner[attr] = original
+                elif own:
+                    setattr(owner, attr, original)
+                else:
+                    delattr(owner, attr)
+            for n in substitutes:
+                if n in saved:
+                    namespace[n] = saved[n]
+                else:
+                    namespace.pop(n, None)
     return {"error": {"type": "ValueError", "module": "builtins", "message": f"unknown request {op!r}"}}

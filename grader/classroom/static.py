@@ -2,7 +2,10 @@
 
 These only flag a submission for review: scores never depend on them (the
 verdicts are re-decided outside the kernel). Each sign is one readable
-sentence, e.g. "patches torch.isclose" or "mentions the grading package".
+sentence, e.g. "patches torch.isclose", "mentions the grading package" or
+"uses the course's helper code as an answer (project)": a graded function that is,
+or wraps, code of the student helpers earns nothing from the hidden checks anyway
+(release proves no helper passes one), and the flag says why.
 """
 
 from __future__ import annotations
@@ -75,10 +78,39 @@ TEXT_SIGNS = [
 ]
 
 
+HELPERS = "attention_course"
+# what lessons import from the helpers on purpose: data, visible checks and the explorers' entry points
+HELPERS_ALLOWED = ("attention_course.checks", "attention_course.data")
+EXPLORERS = "attention_course.explorers"
+EXPLORER_ENTRY_POINTS = {
+    "head_dimension_explorer",
+    "sharpness_explorer",
+    "stage_stepper",
+    "cell_explainer",
+    "row_follower",
+}
+
+
+def _answer_sign(name: str) -> str:
+    return f"uses the course's helper code as an answer ({name})"
+
+
+def _internals_sign(module: str) -> str:
+    return f"imports the explorers' internals ({module})"
+
+
+def graded_names() -> frozenset[str]:
+    """The name of every graded function of the course."""
+    from grader.registry import exercises
+
+    return frozenset(exercises())
+
+
 class _Visitor(ast.NodeVisitor):
-    def __init__(self) -> None:
+    def __init__(self, graded: frozenset[str] = frozenset()) -> None:
         self.aliases: dict[str, str] = {}  # local name -> dotted module path
         self.signs: list[str] = []
+        self.graded = graded
 
     def _add(self, sign: str) -> None:
         if sign not in self.signs:
@@ -87,16 +119,44 @@ class _Visitor(ast.NodeVisitor):
     # imports: remember what each local name stands for
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
+            if a.name.startswith(EXPLORERS + "."):
+                self._add(_internals_sign(a.name))
             if a.asname:
                 self.aliases[a.asname] = a.name
+                if a.asname in self.graded and a.name.startswith(HELPERS):
+                    self._add(_answer_sign(a.asname))
             else:
                 root = a.name.split(".")[0]
                 self.aliases[root] = root
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.module:
+            module = node.module
             for a in node.names:
-                self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                local = a.asname or a.name
+                self.aliases[local] = f"{module}.{a.name}"
+                if module.split(".")[0] != HELPERS:
+                    continue
+                if local in self.graded or a.name in self.graded:
+                    self._add(_answer_sign(local))
+                if module.startswith(EXPLORERS + "."):
+                    self._add(_internals_sign(module))
+                elif module == EXPLORERS and a.name not in EXPLORER_ENTRY_POINTS:
+                    self._add(_internals_sign(f"{module}.{a.name}"))
+
+    def _uses_helpers(self, node: ast.AST) -> bool:
+        """Whether code refers to the course's helpers beyond its data and visible checks."""
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Name, ast.Attribute)):
+                dotted = self._dotted(sub)
+                if dotted and dotted.split(".")[0] == HELPERS and not dotted.startswith(HELPERS_ALLOWED):
+                    return True
+        return False
+
+    def _delegates(self, name: str, node: ast.AST) -> None:
+        """A graded function bound to, or written around, the course's helper code."""
+        if name in self.graded and self._uses_helpers(node):
+            self._add(_answer_sign(name))
 
     def _dotted(self, node: ast.AST) -> str | None:
         parts = []
@@ -161,6 +221,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             self._target(t)
+            if isinstance(t, ast.Name):
+                self._delegates(t.id, node.value)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
@@ -180,6 +242,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         if node.name in WATCHED_BUILTINS:
             self._add(f"rebinds the built-in {node.name}")
+        self._delegates(node.name, node)
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815
@@ -202,11 +265,15 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def scan(sources: list[str]) -> list[str]:
-    """Signs of tampering in these code cells (in order of first appearance, no repeats)."""
+def scan(sources: list[str], graded: frozenset[str] | None = None) -> list[str]:
+    """Signs of tampering in these code cells (in order of first appearance, no repeats).
+
+    ``graded``: the names of graded functions (default: every exercise of the course), for
+    spotting one that is the course's helper code instead of the student's own.
+    """
     from grader.classroom.sandbox import python_source
 
-    visitor = _Visitor()
+    visitor = _Visitor(graded_names() if graded is None else graded)
     for src in sources:
         try:
             visitor.visit(ast.parse(python_source(src)))

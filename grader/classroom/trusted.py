@@ -12,7 +12,15 @@ again in a process the student's code never ran in:
   the notebook, so each test sees the code written above it) and sends back
   only data (tensors, numbers, strings, containers) that is read with
   ``torch.load(weights_only=True)``;
-- ``grader.check`` and the reference run here, untouched.
+- ``grader.check`` and the reference run here, untouched; a rule such as "do
+  not call torch.softmax" is watched in the sandbox (``proxy.forbidding``);
+- while a check holds ``proxy.substituted({"attention": reference})``, the
+  student's code that calls ``attention`` calls back here instead: the
+  sandbox sends the arguments, this process runs the reference and answers
+  with the value (plain data again), so one mistake costs one exercise.
+
+A verdict records whether the failure came from a hidden-test block (which
+only this process runs) or from the part of the cell the kernel runs too.
 
 Entry point: ``main(job_path, to_sandbox, from_sandbox, sandbox_pid)``, called
 by the zygote in a freshly forked process. The answer is written as JSON to
@@ -22,6 +30,7 @@ the job's ``result_path``.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import json
 import os
@@ -30,9 +39,10 @@ import select
 import signal
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from grader.classroom.sandbox import MAX_MESSAGE, SHELL, python_source, receive, send
+from grader.classroom.sandbox import MAX_MESSAGE, SHELL, plain, python_source, receive, send, tensors
 
 
 class SandboxGone(RuntimeError):
@@ -69,13 +79,33 @@ class Sandbox:
         self.wfd, self.rfd, self.pid = wfd, rfd, pid
         self.gone: str | None = None
 
-    def request(self, message: tuple, timeout: float) -> dict:
-        import torch
-
+    def request(
+        self, message: tuple, timeout: float, callbacks: dict[str, Callable[..., Any]] | None = None
+    ) -> dict:
+        """Send one request and return its answer, serving the callbacks it makes meanwhile."""
         if self.gone:
             raise SandboxGone(self.gone)
+        self._send(pickle.dumps(message))
+        graphs: dict[int, tuple[list, list]] = {}  # what a callback's backward pass needs, by key
+        while True:
+            answer = self._receive(timeout)
+            if callbacks is None or not (
+                isinstance(answer, dict) and ("callback" in answer or "backward" in answer)
+            ):
+                return answer
+            self._call_back(answer, callbacks, graphs)
+
+    def _send(self, payload: bytes) -> None:
         try:
-            send(self.wfd, pickle.dumps(message))
+            send(self.wfd, payload)
+        except (BrokenPipeError, OSError) as e:
+            self.kill(f"the student's code ended its process ({type(e).__name__})")
+            raise SandboxGone(self.gone) from None
+
+    def _receive(self, timeout: float) -> Any:
+        import torch
+
+        try:
             ready, _, _ = select.select([self.rfd], [], [], timeout)
             if not ready:
                 self.kill(f"the student's code did not finish within {timeout:.0f} s")
@@ -93,6 +123,45 @@ class Sandbox:
             return {
                 "error": {"type": "TypeError", "module": "builtins", "message": f"unreadable result: {e}"}
             }
+
+    def _call_back(self, request: dict, callbacks: dict[str, Callable[..., Any]], graphs: dict) -> None:
+        """Run the trusted function the student's code called by name (or its backward pass); answer
+        with the value as data."""
+        import torch
+
+        try:
+            if "backward" in request:
+                inputs, outputs = graphs.pop(request["backward"])
+                grads = request.get("grads") or []
+                pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+                found = (
+                    torch.autograd.grad(
+                        [o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True
+                    )
+                    if pairs
+                    else [None] * len(inputs)
+                )
+                reply = {"value": plain(list(found))}
+            else:
+                fn = callbacks[str(request.get("callback"))]
+                args = decode(request.get("args") or ())
+                kwargs = decode(request.get("kwargs") or {})
+                wanted = list(request.get("needs_grad") or [])
+                if not wanted:
+                    reply = {"value": plain(_portable(fn(*args, **kwargs)))}
+                else:
+                    found = tensors((args, kwargs))
+                    inputs = [found[i].requires_grad_(True) for i in wanted]
+                    with torch.enable_grad():
+                        value = fn(*args, **kwargs)
+                    key = len(graphs) + 1
+                    while key in graphs:
+                        key += 1
+                    graphs[key] = (inputs, tensors(value))
+                    reply = {"value": plain(_portable(value)), "key": key}
+        except Exception as e:  # noqa: BLE001 - the error goes back as data
+            reply = {"error": {"type": type(e).__name__, "message": _message(e)}}
+        self._send(pickle.dumps(reply))
 
     def kill(self, why: str) -> None:
         self.gone = self.gone or why
@@ -164,16 +233,53 @@ class Proxy:
     def __init__(self, sandbox: Sandbox, name: str, timeout: float):
         self._sandbox, self.__name__, self._timeout = sandbox, name, timeout
         self.__qualname__ = name
+        self._substitutes: dict[str, Callable[..., Any]] = {}
+        self._forbidden: list[str] = []
+        self._called: list[str] = []
+
+    def substituted(self, mapping: dict[str, Callable[..., Any]]) -> contextlib.AbstractContextManager:
+        """While active, the names in ``mapping`` that the student's code calls run ``mapping[name]`` here."""
+
+        @contextlib.contextmanager
+        def active() -> Iterator[Proxy]:
+            before = self._substitutes
+            self._substitutes = {**before, **mapping}
+            try:
+                yield self
+            finally:
+                self._substitutes = before
+
+        return active()
+
+    def forbidding(self, names: list[str]) -> contextlib.AbstractContextManager:
+        """While active, the student's code runs with these functions watched; the value is the list of
+        those it called."""
+
+        @contextlib.contextmanager
+        def active() -> Iterator[list[str]]:
+            before, calls = (self._forbidden, self._called), []
+            self._forbidden, self._called = [str(n) for n in names], calls
+            try:
+                yield calls
+            finally:
+                self._forbidden, self._called = before
+
+        return active()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        message = ("call", self.__name__, _portable(args), _portable(kwargs))
+        message: tuple = ("call", self.__name__, _portable(args), _portable(kwargs))
+        if self._substitutes or self._forbidden:
+            message += (sorted(self._substitutes), list(self._forbidden))
         try:
             pickle.dumps(message)
         except Exception as e:  # noqa: BLE001 - inputs that only make sense in this process
             raise Unverifiable(
                 f"its inputs cannot be sent outside the notebook ({type(e).__name__})"
             ) from None
-        answer = self._sandbox.request(message, self._timeout + 5)
+        answer = self._sandbox.request(message, self._timeout + 5, callbacks=dict(self._substitutes))
+        for name in answer.get("called") or []:
+            if name in self._forbidden and name not in self._called:
+                self._called.append(name)
         _write_back(args, answer.get("args"))
         if "error" in answer:
             raise rebuild_error(answer["error"])
@@ -297,6 +403,7 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
                     "ename": type(error).__name__,
                     "message": message,
                     "diagnosis": diagnosis(message) if isinstance(error, AssertionError) else None,
+                    "hidden": _failed_line(error, label) in _hidden_lines(cell["source"]),
                 }
     return {
         "verdicts": verdicts,
@@ -304,6 +411,31 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
         "sandbox_gone": sandbox.gone,
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
+
+
+def _hidden_lines(source: str) -> set[int]:
+    """Line numbers (from 1) of a test cell's hidden-test blocks, markers included."""
+    lines, inside = set(), False
+    for number, line in enumerate(source.splitlines(), 1):
+        if line.strip() == "### BEGIN HIDDEN TESTS":
+            inside = True
+        if inside:
+            lines.add(number)
+        if line.strip() == "### END HIDDEN TESTS":
+            inside = False
+    return lines
+
+
+def _failed_line(error: BaseException, label: str) -> int | None:
+    """The line of the cell where the error left the cell's own code."""
+    tb = error.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == label:
+            line = tb.tb_lineno
+            break
+        tb = tb.tb_next
+    return line
 
 
 def _message(error: BaseException) -> str:

@@ -9,7 +9,19 @@ and asks it, over a pipe, for:
   with a memory cap and the guard's audit hook in place before student code);
 - ``trusted``: the process that re-decides test verdicts outside the kernel; it
   first forks its own ``sandbox`` child (guarded, unable to import the grading
-  package) that runs the student's code, and only then imports the checks.
+  package) that runs the student's code, and only then imports the checks;
+- ``sandbox`` (sealed zygote only): the sandbox alone, talking to a ``trusted``
+  process of the other zygote through two named pipes.
+
+With bubblewrap (``grader.classroom.seal``) a worker runs two zygotes: a sealed
+one, started inside bwrap, that forks kernels and sandboxes, and a plain one
+for the trusted process (which needs the grading package). The sealed zygote
+runs as the package ``course_runtime`` (this module, the guard, the sandbox and
+the kernel launcher mounted read-only): the grading package does not exist
+there. It lives in its own PID namespace, so the worker names its children by
+their pid in that namespace and asks the zygote to poll or signal them
+(``SealedProcess``); after each job, ``reset`` kills every other process in
+the namespace and empties its private /tmp.
 
 The zygote imports nothing from the grading package but this module and the
 guard, so a forked sandbox has no hidden reference in memory. Children are in
@@ -22,10 +34,12 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 PRELOAD = ("torch", "numpy", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "attention_course")
@@ -43,9 +57,11 @@ def _reap(*_: Any) -> None:
         if pid == 0:
             return
         _children.discard(pid)
+        _exited[pid] = os.waitstatus_to_exitcode(_status)
 
 
 _children: set[int] = set()
+_exited: dict[int, int] = {}  # exit codes of children that ended (polled by a sealed zygote's worker)
 
 
 def _child_common(req: dict) -> None:
@@ -85,7 +101,7 @@ def _die_with_parent() -> None:
 
 
 def _run_kernel(req: dict) -> None:
-    from grader.classroom import guard
+    from . import guard
 
     guard.limit_memory(req.get("memory"))
     guard.install(req["guard"])
@@ -96,8 +112,50 @@ def _run_kernel(req: dict) -> None:
     app.start()
 
 
+def _open_pipes(pipes: dict, sandbox_side: bool) -> tuple[int, int]:
+    """Open the two named pipes between a sealed sandbox and its trusted process (in the same order)."""
+    if sandbox_side:
+        rfd = os.open(pipes["to_sandbox"], os.O_RDONLY)
+        wfd = os.open(pipes["from_sandbox"], os.O_WRONLY)
+    else:
+        wfd = os.open(pipes["to_sandbox"], os.O_WRONLY)
+        rfd = os.open(pipes["from_sandbox"], os.O_RDONLY)
+    return rfd, wfd
+
+
+def _run_sandbox(req: dict) -> None:
+    """The sandbox alone (sealed zygote): its trusted process is a child of the other zygote."""
+    rfd, wfd = _open_pipes(req["pipes"], sandbox_side=True)
+    from . import sandbox
+
+    sandbox.serve(rfd, wfd, req["sandbox"])
+
+
+def _run_trusted_sealed(req: dict) -> None:
+    """Evaluate against a sandbox that lives in the seal (reached through named pipes)."""
+    from grader.classroom import trusted
+
+    class SealedSandbox(trusted.Sandbox):
+        """The sandbox's pid means nothing here: ending it closes its pipes (the worker kills the rest)."""
+
+        def kill(self, why: str) -> None:
+            self.gone = self.gone or why
+            for fd in (self.wfd, self.rfd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    trusted.Sandbox = SealedSandbox  # this process exists for this one evaluation
+    rfd, wfd = _open_pipes(req["pipes"], sandbox_side=False)
+    trusted.main(req["job"], wfd, rfd, 0)
+
+
 def _run_trusted(req: dict) -> None:
     """Fork the sandbox first (before anything trusted is loaded), then evaluate."""
+    if req.get("pipes"):
+        _run_trusted_sealed(req)
+        return
     to_sandbox_r, to_sandbox_w = os.pipe()
     from_sandbox_r, from_sandbox_w = os.pipe()
     pid = os.fork()
@@ -106,7 +164,7 @@ def _run_trusted(req: dict) -> None:
         os.close(from_sandbox_r)
         os.setpgid(0, 0)
         _die_with_parent()
-        from grader.classroom import sandbox
+        from . import sandbox
 
         try:
             sandbox.serve(to_sandbox_r, from_sandbox_w, req["sandbox"])
@@ -119,7 +177,69 @@ def _run_trusted(req: dict) -> None:
     trusted.main(req["job"], to_sandbox_w, from_sandbox_r, pid)
 
 
-ROLES = {"kernel": _run_kernel, "trusted": _run_trusted}
+ROLES = {"kernel": _run_kernel, "trusted": _run_trusted, "sandbox": _run_sandbox}
+
+
+def _operate(req: dict) -> dict:
+    """Requests about children rather than new ones: poll, signal, reset."""
+    op = req.get("op")
+    pid = int(req.get("pid") or 0)
+    if op == "poll":
+        if pid in _children:
+            return {"returncode": None}
+        return {"returncode": _exited.get(pid, -1)}
+    if op == "signal":
+        if pid in _children:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, int(req["signal"]))
+                    break
+                except OSError:
+                    pass
+        return {"ok": True}
+    if op == "reset":
+        return {"killed": _reset(req.get("keep") or [])}
+    return {"error": f"unknown request {op!r}"}
+
+
+def _reset(keep: list[str]) -> int:
+    """Kill every process of this PID namespace but its init and this zygote; empty the private /tmp.
+
+    Only meaningful in a sealed zygote (its own PID namespace): a plain one refuses.
+    """
+    if "--sealed" not in sys.argv or not os.path.isdir("/proc"):
+        return 0
+    killed = 0
+    for _ in range(3):
+        found = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+        if not found:
+            break
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.02)
+        _reap()
+    _children.clear()
+    _exited.clear()
+    keep_real = [os.path.realpath(k) for k in keep]
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if name == "matplotlib" or any(k == path or k.startswith(path + os.sep) for k in keep_real):
+                continue
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
+    return killed
 
 
 def serve() -> None:
@@ -130,7 +250,7 @@ def serve() -> None:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module only costs speed
             pass
-    import grader.classroom.guard  # noqa: F401 - loaded once, before any fork
+    from . import guard  # noqa: F401 - loaded once, before any fork
 
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker, which closes us
@@ -146,15 +266,22 @@ def serve() -> None:
         if not line:
             break
         req = json.loads(line)
+        if "op" in req:
+            stdout.write(json.dumps(_operate(req)).encode() + b"\n")
+            stdout.flush()
+            continue
         role = ROLES.get(req.get("role"))
         if role is None:
             stdout.write(json.dumps({"error": f"unknown role {req.get('role')!r}"}).encode() + b"\n")
             stdout.flush()
             continue
+        # no reaping between fork() and noting the child: its exit code must not be lost or stale
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
                 _child_common(req)
                 role(req)
             except SystemExit as e:
@@ -170,7 +297,9 @@ def serve() -> None:
             os.setpgid(pid, pid)
         except OSError:
             pass
+        _exited.pop(pid, None)  # a pid of this namespace used before
         _children.add(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         stdout.write(json.dumps({"pid": pid}).encode() + b"\n")
         stdout.flush()
     for pid in list(_children):
@@ -239,19 +368,83 @@ class ForkedProcess:
         self.send_signal(signal.SIGTERM)
 
 
-class Zygote:
-    """The worker's handle on its fork server (started on first use, restarted if it died)."""
+class SealedProcess:
+    """A Popen look-alike for a child of a sealed zygote, known only by its pid in the seal.
 
-    def __init__(self, env: dict[str, str] | None = None):
+    That pid means nothing outside (another PID namespace): every question and
+    signal goes through the zygote, which reaps its children and knows their
+    exit codes.
+    """
+
+    def __init__(self, zygote: Zygote, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin = self.stdout = self.stderr = None
+        self._zygote = zygote
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self._zygote.request({"op": "poll", "pid": self.pid}).get("returncode")
+            except RuntimeError:  # the zygote is gone, and its children with it
+                self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(f"pid {self.pid} (sealed)", timeout)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                self._zygote.request({"op": "signal", "pid": self.pid, "signal": int(sig)})
+            except RuntimeError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class Zygote:
+    """The worker's handle on its fork server (started on first use, restarted if it died).
+
+    ``sealed_area``: start it inside bubblewrap (grader.classroom.seal), with this
+    folder (the worker's per-job folders) as the only writable one.
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, sealed_area: str | None = None):
         self._env = env
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self.sealed_area = sealed_area
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_area is not None
 
     def _start(self) -> None:
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
+        cmd = [sys.executable, "-m", "grader.classroom.zygote"]
+        if self.sealed_area is not None:
+            from grader.classroom import seal
+
+            env = seal.sealed_env(env)
+            cmd = seal.command(
+                [sys.executable, "-m", f"{seal.RUNTIME_PACKAGE}.zygote", "--sealed"],
+                writable=[self.sealed_area],
+                cwd=self.sealed_area,
+                env=env,
+            )
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "grader.classroom.zygote"],
+            cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -260,6 +453,27 @@ class Zygote:
         first = self._proc.stdout.readline()
         if not first.startswith(b'{"ready"'):
             raise RuntimeError(f"the fork server did not start: {first!r}")
+
+    def request(self, message: dict) -> dict:
+        """Ask a running fork server about its children (never starts one)."""
+        with self._lock:
+            if not self.alive():
+                raise RuntimeError("the fork server is not running")
+            assert self._proc is not None and self._proc.stdin and self._proc.stdout
+            try:
+                self._proc.stdin.write(json.dumps(message).encode() + b"\n")
+                self._proc.stdin.flush()
+                line = self._proc.stdout.readline()
+            except OSError as e:
+                raise RuntimeError(f"the fork server died ({e})") from None
+        if not line:
+            raise RuntimeError("the fork server died")
+        return json.loads(line)
+
+    def reset(self) -> None:
+        """Sealed: kill every process left in the seal and empty its /tmp (between two jobs)."""
+        if self.sealed and self.alive():
+            self.request({"op": "reset", "keep": [self.sealed_area]})
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -270,7 +484,11 @@ class Zygote:
             if not self.alive():
                 self._start()
 
-    def fork(self, role: str, **request: Any) -> ForkedProcess:
+    def fork(self, role: str, **request: Any) -> ForkedProcess | SealedProcess:
+        if self.sealed and request.get("env") is not None:
+            from grader.classroom import seal
+
+            request["env"] = seal.sealed_env(request["env"])
         with self._lock:
             if not self.alive():
                 self._start()
@@ -280,6 +498,8 @@ class Zygote:
             answer = json.loads(self._proc.stdout.readline() or b'{"error": "the fork server died"}')
         if "pid" not in answer:
             raise RuntimeError(answer.get("error", "the fork server failed"))
+        if self.sealed:
+            return SealedProcess(self, answer["pid"])
         return ForkedProcess(answer["pid"])
 
     def close(self) -> None:

@@ -43,7 +43,6 @@ class Case:
     notes: tuple[str, ...] = ()
     score: float | None = None  # the total, where the spec states it outright
     short_timeout: bool = False  # graded in the run with a short cell timeout (endless loops)
-    plain_fooled: float | None = None  # what plain nbgrader gives this tampering (it is fooled)
 
     def failing(self) -> set[str]:
         tests = {c.grade_id for c in lessons.lesson(self.lesson).tests}
@@ -421,15 +420,13 @@ def lesson01(work: Path) -> list[Case]:
             "patches numpy.allclose",
             "import numpy as np\nnp.allclose = lambda *a, **k: True\n",
             ("patches numpy.allclose",),
-            None,
         ),
         (
             "t01_torch_isclose",
             "patches torch.isclose and torch.allclose",
             "import torch\ntorch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
             "torch.allclose = lambda *a, **k: True\n",
-            ("patches torch.isclose", f"{HIDDEN01}: passed in the notebook"),
-            5,
+            ("patches torch.isclose",),
         ),
         (
             "t01_tensor_any",
@@ -438,30 +435,25 @@ def lesson01(work: Path) -> list[Case]:
             (
                 "patches torch.Tensor.any",
                 "test01_project_values: passed in the notebook",
-                f"{HIDDEN01}: passed in the notebook",
             ),
-            7,
         ),
         (
             "t01_testing",
             "patches torch.testing.assert_close",
             "import torch.testing\ntorch.testing.assert_close = lambda *a, **k: None\n",
             ("patches torch.testing.assert_close",),
-            None,
         ),
         (
             "t01_math_isclose",
             "patches math.isclose",
             "import math\nmath.isclose = lambda *a, **k: True\n",
             ("patches math.isclose",),
-            None,
         ),
         (
             "t01_builtins_assert",
             "replaces builtins.AssertionError",
             "import builtins\nbuiltins.AssertionError = Warning\n",
             ("patches builtins.AssertionError",),
-            None,
         ),
         (
             "t01_isinstance",
@@ -469,58 +461,47 @@ def lesson01(work: Path) -> list[Case]:
             "import builtins\n_real = builtins.isinstance\n"
             "builtins.isinstance = lambda o, t: True if t is complex else _real(o, t)\n",
             ("patches builtins.isinstance",),
-            None,
         ),
         (
             "t01_fake_grader",
             "plants a fake grader module",
             "import sys, types\nsys.modules['grader'] = types.SimpleNamespace(check=lambda *a, **k: None)\n",
-            ("replaces a module in sys.modules", f"{HIDDEN01}: passed in the notebook"),
-            5,
+            ("replaces a module in sys.modules",),
         ),
         (
             "t01_replace_check",
             "replaces grader.check",
             "try:\n    import grader\n    grader.check = lambda *a, **k: None\nexcept ImportError:\n    pass\n",
-            ("mentions the grading package", f"{HIDDEN01}: passed in the notebook"),
-            5,
+            ("mentions the grading package",),
         ),
         (
             "t01_replace_reference",
             "swaps the reference for its own function",
             "try:\n    import grader.registry\n    grader.registry.exercises()['project'].reference = project\n"
             "except ImportError:\n    pass\n",
-            ("mentions the grading package", f"{HIDDEN01}: passed in the notebook"),
-            5,
+            ("mentions the grading package",),
         ),
         (
             "t01_read_reference",
             "reads the hidden reference from disk",
             READ_REFERENCE,
-            ("mentions the grading package", f"{HIDDEN01}: passed in the notebook"),
-            7,
+            ("mentions the grading package",),
         ),
         (
             "t01_gradebook",
             "tries to write the gradebook",
             GRADEBOOK_WRITE.replace("{work}", str(work)),
             ("mentions the gradebook",),
-            None,
         ),
         (
             "t01_custom_exc",
             "swallows exceptions with an IPython handler",
             "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n",
             ("changes how errors are reported",),
-            None,
         ),
     ]
-    for student, what, code, flags, fooled in tamper:
-        t.append(
-            Case(
-                student, L1, what, {e: wk + "\n" + code}, fails=V01, flags=flags, score=1, plain_fooled=fooled
-            )
-        )
+    for student, what, code, flags in tamper:
+        t.append(Case(student, L1, what, {e: wk + "\n" + code}, fails=V01, flags=flags, score=1))
     t.append(
         Case(
             "t01_correct_but_patches",
@@ -589,7 +570,12 @@ TRAPS = {
             "c05_trap_dim",
             "softmax over dim -2",
             {
-                "ex05_softmax": "import torch\n\n\ndef softmax(Z, dim=-1):\n    return torch.softmax(Z, dim=-2 if dim == -1 else -1)\n"
+                "ex05_softmax": "import torch\n\n\ndef softmax(Z, dim=-1):\n"
+                "    m = Z.amax(dim=-2, keepdim=True)\n"
+                "    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))\n"
+                "    e = torch.exp(Z - m)\n"
+                "    total = e.sum(dim=-2, keepdim=True)\n"
+                "    return torch.where(total > 0, e / torch.where(total > 0, total, 1), 0)\n"
             },
             {
                 "test05_softmax_values",
@@ -630,7 +616,9 @@ def other_lessons() -> list[Case]:
 
 
 def cases(work: Path) -> list[Case]:
-    return lesson01(work) + other_lessons()
+    from tests.class_sim import crafts, fair
+
+    return lesson01(work) + other_lessons() + fair.cases() + crafts.cases()
 
 
 # ------------------------------------------------------------------ writing the submissions

@@ -1,0 +1,348 @@
+"""Naming a mistake in the visible checks, before a notebook is handed in.
+
+``diagnosed(name, fn)`` wraps a visible check. When the check fails, the
+student's function is run on the lesson's own visible inputs (``visible_calls``)
+and compared with what each known mistake produces on those same inputs
+(``mistakes.json``, generated from the grader's traps by ``python -m
+grader.mistakes``). A mistake is named only when it reproduces every one of those
+outputs. A shape error raised inside the check is put into words, naming both
+shapes. The right answers are already printed in the visible checks; the stored
+outputs are only those of the mistakes.
+
+Also here, because the hidden checks use them as well (data flows from this
+package to the grader, never back): ``substituted``, which lets one exercise be
+checked on top of correct versions of the earlier ones, and ``watch_shapes`` /
+``explain_shape_error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+MISTAKES = Path(__file__).with_name("mistakes.json")
+
+# ------------------------------------------------------------------ shape errors
+
+
+class _ShapeWatch(TorchFunctionMode):
+    """Remembers, on a RuntimeError, which torch function failed and the shapes it was given."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D105
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as e:
+            if not hasattr(e, "course_shapes"):
+                shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+                shapes += [tuple(a.shape) for a in kwargs.values() if isinstance(a, torch.Tensor)]
+                try:
+                    e.course_shapes = (getattr(func, "__name__", str(func)), shapes)
+                except AttributeError:
+                    pass
+            raise
+
+
+@contextlib.contextmanager
+def watch_shapes() -> Iterator[None]:
+    """While active, a RuntimeError raised by a torch function records the shapes it was given."""
+    with _ShapeWatch():
+        yield
+
+
+_MATMUL = re.compile(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+_BATCH = re.compile(
+    r"Expected size for first two dimensions of batch2 tensor to be: \[(.*?)\] but got: \[(.*?)\]"
+)
+_EINSUM = re.compile(r"einsum\(\): subscript (\w) has size (\d+)")
+
+
+def _shape(s: tuple) -> str:
+    return "(" + ", ".join(map(str, s)) + ")"
+
+
+def explain_shape_error(error: BaseException) -> str | None:
+    """One sentence naming both shapes of a failed matrix product or broadcast, and the likely cause."""
+    text = str(error)
+    op, shapes = getattr(error, "course_shapes", ("", []))
+    both = " and ".join(_shape(s) for s in shapes[:2]) if len(shapes) >= 2 else ""
+    if _MATMUL.search(text) or _BATCH.search(text) or op in ("matmul", "mm", "bmm") and both:
+        if not both:
+            m = _MATMUL.search(text)
+            both = f"({m[1]}, {m[2]}) and ({m[3]}, {m[4]})" if m else "two shapes that do not fit"
+        return (
+            f"A matrix product A @ B was given shapes {both}: the last dimension of A must equal the "
+            "second-to-last of B. Likely a tensor on the wrong side (W @ X instead of X @ W), a missing or "
+            "extra transpose, or .T / transpose(0, 1) on a batched tensor (use .transpose(-2, -1))."
+        )
+    if _BROADCAST.search(text) or _EINSUM.search(text):
+        m = _BROADCAST.search(text)
+        sizes = f" (sizes {m[1]} and {m[2]} meet on one axis)" if m else ""
+        what = f"`{op}` was given shapes {both}" if both else "Two tensors were combined element by element"
+        return (
+            f"{what}{sizes}, which do not broadcast: on each axis the sizes must be equal or 1. Likely a "
+            "reduction without keepdim=True, a mask without its query dimension (B, 1, T), or "
+            "dimensions swapped by a transpose."
+        )
+    return None
+
+
+# ------------------------------------------------------------------ using correct earlier functions
+
+
+@contextlib.contextmanager
+def substituted(fn: Any, mapping: dict[str, Callable]) -> Iterator[None]:
+    """While active, the names in ``mapping`` that fn's module defines are replaced by the given functions.
+
+    A stand-in that runs elsewhere provides its own ``substituted(mapping)``; a plain Python
+    function has its globals patched and restored afterwards. Anything else is left alone.
+    """
+    if not mapping:
+        yield
+        return
+    own = getattr(fn, "substituted", None)
+    if callable(own) and not isinstance(fn, types.FunctionType):
+        with own(mapping):
+            yield
+        return
+    target = fn.__globals__ if isinstance(fn, types.FunctionType) else None
+    if target is None:
+        yield
+        return
+    saved = {name: target[name] for name in mapping if name in target and target[name] is not fn}
+    try:
+        target.update({name: mapping[name] for name in saved})
+        yield
+    finally:
+        target.update(saved)
+
+
+# ------------------------------------------------------------------ the visible inputs
+
+
+def _visible_inputs() -> dict[str, list[tuple[str, tuple, dict]]]:
+    """Every exercise's visible-check inputs (lessons 01-07): (label, args, kwargs)."""
+    from attention_course import data
+
+    cats, sat, col, milk = data.love_cats(), data.cat_sat(), data.colours(), data.milk()
+    X, W_q, W_k, W_v = cats.X, cats.W_q, cats.W_k, cats.W_v
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    g = torch.Generator().manual_seed(1)
+    Q_b, K_b = torch.randn(2, 4, 5, generator=g), torch.randn(2, 6, 5, generator=g)
+    S_cats = Q @ K.mT / math.sqrt(3)
+    A_cats = torch.softmax(S_cats, dim=-1)
+    S_sat = (sat.X @ sat.W_q) @ (sat.X @ sat.W_k).mT / math.sqrt(2)
+    causal5 = torch.ones(5, 5, dtype=torch.bool).tril()
+    inf = float("inf")
+    g6 = torch.Generator().manual_seed(6)
+    A_small = torch.softmax(torch.randn(2, 3, generator=g6), dim=-1)
+    V_small = torch.randn(3, 5, generator=g6)
+    one_hot = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    g7 = torch.Generator().manual_seed(7)
+    Q_2, K_5, V_5 = (
+        torch.randn(2, 4, generator=g7),
+        torch.randn(5, 4, generator=g7),
+        torch.randn(5, 3, generator=g7),
+    )
+    g70 = torch.Generator().manual_seed(70)
+    Q_r, K_r, V_r = (torch.randn(2, 3, 6, d, generator=g70) for d in (8, 8, 4))
+    X_enc = torch.randn(4, 6, generator=torch.Generator().manual_seed(4))
+    return {
+        "project": [
+            ("'I love cats'", (X, W_q, W_k, W_v), {}),
+            ("a batch of two copies", (X.expand(2, 3, 4), W_q, W_k, W_v), {}),
+            ("'The cat sat on the'", (sat.X, sat.W_q, sat.W_k, sat.W_v), {}),
+        ],
+        "scores": [
+            ("'I love cats'", (Q, K), {}),
+            ("2 queries against 3 keys", (Q[:2], K), {}),
+            ("a batch (2, 4, 5) against (2, 6, 5)", (Q_b, K_b), {}),
+        ],
+        "scaled_scores": [
+            ("'I love cats'", (Q, K), {}),
+            ("2 queries against 3 keys", (Q[:2], K), {}),
+            ("[1, 1, 1, 1] with itself", (torch.ones(1, 4), torch.ones(1, 4)), {}),
+            ("a batch (2, 4, 5) against (2, 6, 5)", (Q_b, K_b), {}),
+        ],
+        "score_spread": [("d_k = 64, n = 20000, seed 64", (64, 20000, 64), {})],
+        "causal_mask": [("T = 5", (5,), {}), ("T = 3 on the CPU", (3,), {"device": "cpu"})],
+        "padding_mask": [
+            ("lengths [5, 3], T = 5", (torch.tensor([5, 3]), 5), {}),
+            ("lengths [5, 3, 1], T = 5", (torch.tensor([5, 3, 1]), 5), {}),
+            ("lengths [2, 1], T = 3", (torch.tensor([2, 1]), 3), {}),
+        ],
+        "apply_mask": [
+            ("'The cat sat on the', causal", (S_sat, causal5), {}),
+            (
+                "zeros (2, 5, 5), padding (2, 1, 5)",
+                (torch.zeros(2, 5, 5), torch.ones(2, 1, 5, dtype=torch.bool)),
+                {},
+            ),
+        ],
+        "softmax": [
+            ("'I love cats'", (S_cats,), {}),
+            ("scores near 1000", (torch.tensor([[1000.0, 1001.0, 1002.0], [0.0, 1.0, 2.0]]),), {}),
+            ("a row that is all -inf", (torch.tensor([[0.0, -inf, 0.0], [-inf, -inf, -inf]]),), {}),
+            ("a batch of zeros (2, 3, 4)", (torch.zeros(2, 3, 4),), {}),
+        ],
+        "soft_lookup": [
+            (f"colours, sharpness {s:g}", (col.query, col.keys, col.values, s), {})
+            for s in (1.0, 5.0, 25.0, 2000.0)
+        ],
+        "mix": [
+            ("A (2, 3), V (3, 5)", (A_small, V_small), {}),
+            ("'I love cats'", (A_cats, V), {}),
+            ("one-hot rows", (one_hot, V), {}),
+        ],
+        "attention": [
+            ("T_q = 2, T_k = 5", (Q_2, K_5, V_5), {}),
+            ("'I love cats'", (Q, K, V), {}),
+            (
+                "(2, 3, 6, 8) with a causal mask",
+                (Q_r, K_r, V_r, torch.ones(6, 6, dtype=torch.bool).tril()),
+                {},
+            ),
+        ],
+        "self_attention": [
+            ("'I love cats', causal=False", (X, W_q, W_k, W_v), {"causal": False}),
+            ("'I love cats', causal", (X, W_q, W_k, W_v), {}),
+            ("'The cat sat on the', causal", (sat.X, sat.W_q, sat.W_k, sat.W_v), {}),
+        ],
+        "cross_attention": [
+            ("6 decoder rows, 4 encoder rows", (milk.X, X_enc, milk.W_q, milk.W_k, milk.W_v), {}),
+        ],
+    }
+
+
+def visible_calls(name: str) -> list[tuple[str, tuple, dict]]:
+    """Fresh copies of one exercise's visible inputs (a seed stands in for a torch.Generator)."""
+    calls = []
+    for label, args, kwargs in _visible_inputs().get(name, []):
+        if name == "score_spread":
+            args = (args[0], args[1], torch.Generator().manual_seed(args[2]))
+        else:
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        calls.append((label, args, dict(kwargs)))
+    return calls
+
+
+# ------------------------------------------------------------------ outputs as plain data
+
+
+def encode(x: Any) -> Any:
+    """A result as JSON-ready data: tensors become {shape, dtype, values}, exceptions {error}."""
+    if isinstance(x, ArithmeticError):  # an overflow is an overflow however it is worded
+        return {"error": "ArithmeticError"}
+    if isinstance(x, BaseException):
+        return {"error": type(x).__name__, "message": str(x)}
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.device.type == "meta":
+            return {"shape": list(t.shape), "dtype": str(t.dtype)[6:], "values": None}
+        values = t.cpu().tolist() if t.dtype == torch.bool else t.cpu().double().tolist()
+        return {"shape": list(t.shape), "dtype": str(t.dtype)[6:], "values": _plain(values)}
+    if isinstance(x, (tuple, list)):
+        return [encode(v) for v in x]
+    if isinstance(x, dict):
+        return {"dict": {str(k): encode(v) for k, v in x.items()}}
+    if isinstance(x, bool) or x is None:
+        return x
+    if isinstance(x, (int, float)):
+        return _plain(float(x))
+    return {"other": type(x).__name__}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_plain(u) for u in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= atol + rtol * abs(b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rtol, atol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_close(a[k], b[k], rtol, atol) for k in a)
+    return a == b
+
+
+def same_output(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+    """Whether two encoded outputs agree (same shapes and dtypes, values within tolerance)."""
+    return _close(a, b, rtol, atol)
+
+
+@cache
+def _stored() -> dict:
+    try:
+        return json.loads(MISTAKES.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def run_quietly(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """fn(*args, **kwargs), or the exception it raised; prints and warnings are swallowed."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - an error is an outcome like any other
+                return e
+
+
+def diagnose(name: str, fn: Callable) -> tuple[str, str] | None:
+    """(mistake, hint) when fn reproduces exactly one known mistake on every visible input of the exercise."""
+    stored = _stored().get(name)
+    if not stored or not callable(fn):
+        return None
+    got = [encode(run_quietly(fn, args, kwargs)) for _, args, kwargs in visible_calls(name)]
+    rtol, atol = stored.get("tolerance", [1e-4, 1e-5])
+    found = {
+        trap["name"]: trap["hint"]
+        for trap in stored["traps"]
+        if len(trap["outputs"]) == len(got)
+        and all(same_output(g, t, rtol, atol) for g, t in zip(got, trap["outputs"]))
+    }
+    # two different mistakes that look alike on these inputs: name neither
+    return next(iter(found.items())) if len(found) == 1 else None
+
+
+@contextlib.contextmanager
+def diagnosed(name: str, fn: Callable) -> Iterator[None]:
+    """Run a visible check; if it fails, add the name of the mistake (when one fits) and explain shape errors."""
+    try:
+        with watch_shapes():
+            yield
+    except AssertionError as e:
+        found = diagnose(name, fn)
+        if found is None:
+            raise
+        raise AssertionError(f"{e}\nDiagnosis: {found[0]}. {found[1]}") from None
+    except RuntimeError as e:
+        words = explain_shape_error(e)
+        if words is None:
+            raise
+        found = diagnose(name, fn)
+        note = f"\nDiagnosis: {found[0]}. {found[1]}" if found else ""
+        raise AssertionError(f"{name} raised RuntimeError: {e}\n{words}{note}") from None

@@ -1,0 +1,60 @@
+"""Where the test suite spends its time: seconds per test file and the slowest fixtures.
+
+    python benchmarks/suite.py [pytest arguments ...]      # default: the whole suite
+
+Runs pytest once with a JUnit XML report and ``--durations=0``, then prints, per test file,
+the number of tests and their summed call time, and the slowest set-ups (the fixtures a file
+pays for once, such as grading the simulated class). The baseline on the same run is the
+suite's wall time: each row's share of it says what a change to that file would save.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S+)")
+
+
+def main(args: list[str]) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "--durations=0", f"--junitxml={report}", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - start
+        per_file: dict[str, list[float]] = defaultdict(list)
+        if report.exists():
+            for case in ET.parse(report).iter("testcase"):
+                name = case.get("classname", "").replace(".", "/") + ".py"
+                per_file[name].append(float(case.get("time", 0)))
+    setups = []
+    for line in proc.stdout.splitlines():
+        m = SETUP.match(line)
+        if m and m.group(2) == "setup":
+            setups.append((float(m.group(1)), m.group(3)))
+    print(f"suite wall time: {wall:.0f} s (pytest exit code {proc.returncode})")
+    print(f"\n{'test file':<44} {'tests':>6} {'seconds':>9} {'share':>6}")
+    for name, times in sorted(per_file.items(), key=lambda kv: -sum(kv[1])):
+        total = sum(times)
+        print(f"{name:<44} {len(times):>6} {total:>9.1f} {total / wall:>6.0%}")
+    print("\nslowest set-ups (fixtures, paid once per scope):")
+    for seconds, test in sorted(setups, reverse=True)[:10]:
+        print(f"  {seconds:8.1f} s  {test}")
+    print("\n" + "\n".join(proc.stdout.splitlines()[-3:]))
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""Crafted submissions (tests/class_sim/crafts.py) graded end to end, on their own.
+
+The class tool and plain ``nbgrader autograde`` both grade every one of them
+(none stops a run), from the release's test cells and points; the tool's
+record says "repaired" with the lesson's maximum; a 5 MB print leaves a small
+autograded notebook and feedback page; export reports the tool's grades and
+flags a gradebook row someone changed. The same cases are part of the
+simulated class (tests/test_classroom_class.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import shutil
+import sqlite3
+
+import pytest
+
+from grader import course
+from grader.classroom import feedback, grading, lessons, report
+from tests.class_sim import crafts, spec
+
+pytestmark = pytest.mark.slow
+PREFIX = "e2e_"  # own students, so the simulated class grades its copies itself
+CASES = [dataclasses.replace(c, student=PREFIX + c.student) for c in crafts.cases()]
+
+
+@pytest.fixture(scope="module")
+def crafted(built_course):
+    """Grade the crafted submissions once with the tool; yield their records by student."""
+    spec.materialize(CASES, built_course)
+    students = [c.student for c in CASES]
+    summary = grading.grade([spec.L1], students, workers=2, progress=False)
+    assert not summary.failed, summary.failed
+    records = {r["student"]: r for r in grading.load_records([spec.L1]) if r["student"] in students}
+    yield records, summary
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.student for c in CASES])
+def test_crafted_submission_is_graded_on_the_release(crafted, case):
+    records, summary = crafted
+    rec = records[case.student]
+    who = f"{case.student} ({case.what})"
+    les = lessons.lesson(case.lesson)
+    assert rec["status"] == case.status, f"{who}: {rec['status']}, notes {rec['notes']}"
+    assert rec["max_score"] == les.max_score == 7
+    assert rec["score"] == case.score == case.expected_score(), who
+    scores = {c["grade_id"]: c["score"] for c in rec["cells"]}
+    assert scores == {t.grade_id: (0.0 if t.grade_id in case.failing() else t.points) for t in les.tests}
+    for note in case.notes:
+        assert any(note in n for n in rec["notes"]), f"{who}: no note mentions {note!r}: {rec['notes']}"
+    gb = course.scores(case.lesson, case.student)
+    assert (gb["score"], gb["max_score"]) == (rec["score"], 7.0), who
+
+
+def test_the_run_summary_counts_repaired_submissions(crafted):
+    _, summary = crafted
+    repaired = sum(1 for c in CASES if c.status == "repaired")
+    assert summary.graded == len(CASES) and summary.by_status == {"repaired": repaired, "graded": 1}
+    assert f"repaired: {repaired}" in grading.format_summary(summary)
+
+
+def test_plain_nbgrader_grades_every_crafted_notebook(crafted):
+    """Plain `nbgrader autograde` (RestoreCells in its sanitize step) gives the same scores."""
+    for case in CASES:
+        twin = f"plain_{case.student}"
+        dest = course.submission_path(case.lesson, twin)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(course.submission_path(case.lesson, case.student), dest)
+        got = course.autograde(case.lesson, twin)  # raises if nbgrader stopped
+        assert (got["score"], got["max_score"]) == (case.score, 7.0), (case.student, got["grades"])
+
+
+def test_a_huge_print_leaves_a_small_notebook_and_feedback_page(crafted):
+    student = PREFIX + "x01_big_print"
+    graded = course.autograded_path(spec.L1, student)
+    assert graded.stat().st_size < 150_000 < crafts.BIG_PRINT
+    assert "[output cut: 4.7 MB not shown; a cell keeps at most 64.0 KB]" in graded.read_text()
+    page = feedback.feedback_job((spec.L1, student))
+    assert "error" not in page, page
+    path = feedback.feedback_path(spec.L1, student)
+    assert path.stat().st_size < 600_000
+    assert "output cut: 4.7 MB not shown" in feedback.page_text(path.read_text())
+
+
+def test_export_flags_a_gradebook_row_changed_behind_the_tool(crafted, tmp_path):
+    student = PREFIX + "x01_test_to_answer"
+    db = course.work_dir() / "gradebook.db"
+    hidden = (
+        "cell_id IN (SELECT id FROM base_cell WHERE name = 'test01_project_hidden') AND notebook_id IN "
+        "(SELECT sn.id FROM submitted_notebook sn JOIN submitted_assignment sa ON sn.assignment_id = sa.id "
+        "JOIN assignment a ON sa.assignment_id = a.id WHERE sa.student_id = ? AND a.name = ?)"
+    )
+    with sqlite3.connect(db) as con:
+        con.execute(f"UPDATE grade SET manual_score = 4 WHERE {hidden}", (student, spec.L1))
+    try:
+        paths = report.export(tmp_path / "report", [spec.L1])
+    finally:
+        with sqlite3.connect(db) as con:
+            con.execute(f"UPDATE grade SET manual_score = NULL WHERE {hidden}", (student, spec.L1))
+    rep = paths.pop("report_data")
+    rows = {r["student_id"]: r for r in csv.DictReader(paths["grades"].open())}
+    assert rows[student]["raw_score"] == "1.0"  # the tool's grade, not the edited 5
+    assert rows[student]["gradebook_check"] == "gradebook differs: test01_project_hidden: 4 (tool: 0)"
+    assert any(p["student"] == student for p in rep.gradebook)
+    assert f"| {student} | {spec.L1} | gradebook differs" in paths["report"].read_text()
+    for case in CASES:
+        if case.student != student:
+            assert rows[case.student]["gradebook_check"] == "", rows[case.student]
+    subs = {r["student"]: r for r in csv.DictReader(paths["submissions"].open())}
+    for case in CASES:
+        assert (subs[case.student]["status"], subs[case.student]["max_score"]) == (case.status, "7.0")

@@ -1,0 +1,297 @@
+"""Plain ``nbgrader autograde`` grades as the course's grading tool does.
+
+The course's nbgrader_config.py puts the trusted checks in nbgrader's own
+pipeline, so an instructor who runs ``nbgrader autograde LESSON`` (or presses
+Autograde in the formgrader) gets the verdicts of a process the student's code
+never ran in, and a cell's points never depend on what the code printed.
+Each test runs the real command line in a private work folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import course
+from grader.classroom import autograde
+from tests.nbtools import ROOT, filled, solution_sources, submit
+
+pytestmark = pytest.mark.slow
+
+L1 = "01_projection"
+L5 = "05_softmax"
+PREFIX = "plainnb_"
+
+
+def _noisy(source: str, function_line: str, more: str = "") -> str:
+    """A correct solution that also writes to stderr: a print, a warning and a raw write to fd 2."""
+    chatter = (
+        "    import os as _os, sys as _sys, warnings as _warnings\n"
+        "    print('debugging: inside the function', file=_sys.stderr)\n"
+        "    _warnings.warn('this is only a warning')\n"
+        "    _os.write(2, b'written straight to fd 2\\n')\n"
+    ) + more
+    return source.replace(function_line, chatter + function_line, 1)
+
+
+SUBMISSIONS = {
+    L1: {
+        "noisy": lambda sol: _noisy(sol, "    Q = X @ W_q"),
+        "wk": lambda sol: sol.replace("Q = X @ W_q", "Q = X @ W_k"),
+        "reference": lambda sol: (
+            "import grader.reference\n\n\ndef project(X, W_q, W_k, W_v):\n"
+            "    return grader.reference.project(X, W_q, W_k, W_v)\n"
+        ),
+        "isclose": lambda sol: (
+            sol.replace("Q = X @ W_q", "Q = X @ W_k") + "\nimport torch\n"
+            "torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
+            "torch.allclose = lambda *a, **k: True\n"
+        ),
+    },
+    L5: {
+        "noisy": lambda sol: _noisy(
+            sol,
+            "    m = Z.amax(dim=dim, keepdim=True)",
+            "    for _i in range(60):\n        print(f'line {_i} of a long trace', file=_sys.stderr)\n",
+        ),
+    },
+}
+
+
+def _autograde(lesson: str, release: Path, tmp: Path) -> subprocess.CompletedProcess:
+    sols = solution_sources(lesson)
+    exercise = next(iter(sols))  # the lesson's first exercise; the others are answered right
+    for name, make in SUBMISSIONS[lesson].items():
+        answers = {**sols, exercise: make(sols[exercise])}
+        submit(filled(release / lesson / f"{lesson}.ipynb", answers), lesson, PREFIX + name)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = dict(os.environ, PATH=path, TMPDIR=str(tmp))
+    return subprocess.run(
+        ["nbgrader", "autograde", lesson, f"--student={PREFIX}*", "--force"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def graded(built_course, tmp_path_factory):
+    """Every submission above autograded by the nbgrader command line; yield its outputs and temp folder."""
+    tmp = tmp_path_factory.mktemp("plain-tmp")
+    runs = {lesson: _autograde(lesson, built_course, tmp) for lesson in SUBMISSIONS}
+    for lesson, run in runs.items():
+        assert run.returncode == 0, f"nbgrader autograde {lesson} failed:\n{run.stderr[-3000:]}"
+    return runs, tmp
+
+
+def _cell(lesson: str, student: str, grade_id: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(course.autograded_path(lesson, PREFIX + student), as_version=4)
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _text(cell: nbformat.NotebookNode, output_type: str) -> str:
+    return "\n".join(
+        str(o.get("text") or o.get("evalue") or "") for o in cell.outputs if o.output_type == output_type
+    )
+
+
+def test_the_course_config_names_the_tools_preprocessors():
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    assert list(cfg.Autograde.autograde_preprocessors) == list(autograde.AUTOGRADE_PREPROCESSORS)
+
+
+@pytest.mark.parametrize("lesson", [L1, L5])
+def test_a_correct_answer_that_writes_to_stderr_gets_full_marks_and_a_note(graded, lesson):
+    result = course.scores(lesson, PREFIX + "noisy")
+    assert result["score"] == result["max_score"] > 0, result["grades"]
+    for grade_id in result["grades"]:
+        cell = _cell(lesson, "noisy", grade_id)
+        assert not [o for o in cell.outputs if o.output_type == "error"], (grade_id, cell.outputs)
+        assert not [o for o in cell.outputs if o.get("name") == "stderr"], (grade_id, cell.outputs)
+    first = _cell(lesson, "noisy", next(iter(result["grades"])))
+    note = _text(first, "stream")
+    assert note.startswith(autograde.STDERR_NOTE), note
+    assert "debugging: inside the function" in note and "this is only a warning" in note
+    if lesson == L1:  # (lesson 05's long trace pushes it past the note's last line)
+        assert "written straight to fd 2" in note
+
+
+def test_a_long_stderr_trace_is_shortened(graded):
+    cell = _cell(L5, "noisy", "test05_softmax_values")
+    note = _text(cell, "stream")
+    assert note.count("\n") <= autograde.NOTE_LINES + 2 and len(note) <= autograde.NOTE_BYTES + 200
+    assert "more lines)" in note, note
+
+
+def test_a_wrong_answer_gets_the_hidden_diagnosis(graded):
+    result = course.scores(L1, PREFIX + "wk")
+    assert result["grades"]["test01_project_hidden"][0] == 0
+    assert result["grades"]["test01_project_values"][0] == 0
+    assert result["score"] == 1
+    errors = [o for o in _cell(L1, "wk", "test01_project_hidden").outputs if o.output_type == "error"]
+    assert len(errors) == 1 and "Diagnosis: Q was computed with W_k" in errors[0].evalue, errors
+
+
+def test_the_hidden_reference_cannot_be_borrowed(graded):
+    result = course.scores(L1, PREFIX + "reference")
+    assert result["score"] == 0, result["grades"]
+
+
+def test_patching_comparisons_earns_nothing(graded):
+    result = course.scores(L1, PREFIX + "isclose")
+    assert result["score"] == 1, result["grades"]
+    assert result["grades"]["test01_project_hidden"][0] == 0
+
+
+def test_hidden_tests_stay_in_the_autograded_notebook_for_the_instructor(graded):
+    """The kernel ran the cell without its hidden block; the formgrader still shows the whole cell."""
+    cell = _cell(L1, "wk", "test01_project_hidden")
+    assert "### BEGIN HIDDEN TESTS" in cell.source and 'grader.check("project", project)' in cell.source
+
+
+def test_grading_leaves_nothing_behind_and_reports_no_error(graded):
+    """Each notebook's private folder (trusted process, sandbox scratch, kernel temp) is removed."""
+    runs, tmp = graded
+    assert not list(tmp.glob("autograde-*")), list(tmp.iterdir())
+    for run in runs.values():
+        assert "Traceback" not in run.stderr and "[AutogradeApp | ERROR]" not in run.stderr, run.stderr[
+            -3000:
+        ]
+
+
+# ------------------------------------------------------------------ the trusted side's calls into the sandbox
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """A sandbox process running student code, and the trusted side's handle on it."""
+    from grader.classroom import guard, trusted
+    from grader.classroom import sandbox as box
+
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the sandbox process
+        os.close(to_w)
+        os.close(from_r)
+        try:
+            cfg = {"scratch": str(tmp_path), "guard": guard.policy(deny=[]), "cell_timeout": 20}
+            box.serve(to_r, from_w, cfg)
+        finally:
+            os._exit(0)
+    os.close(to_r)
+    os.close(from_w)
+    handle = trusted.Sandbox(to_w, from_r, pid)
+    student = (
+        "import sys, warnings\n"
+        "def attention(x):\n    return x + 1  # the student's own, wrong\n"
+        "def self_attention(x):\n"
+        "    print('chatter', file=sys.stderr)\n    warnings.warn('noise')\n"
+        "    return 2 * attention(x)\n"
+        "def uses_helper(x):\n    return helper(x)\n"
+        "import torch\n"
+        "def loss_of(w):\n    return (w**3).sum()  # the student's own, wrong\n"
+        "def gradient_at(values):\n"
+        "    w = torch.tensor(values, requires_grad=True)\n"
+        "    loss_of(w).backward()\n"
+        "    return w.grad\n"
+        "from torch import softmax as _softmax\n"
+        "def by_the_book(Z):\n    return torch.softmax(Z, dim=-1)\n"
+        "def imported(Z):\n    return _softmax(Z, dim=-1)\n"
+    )
+    assert handle.request(("run", [("<student>", student)]), 20) == {"errors": []}
+    yield handle
+    handle.kill("done")
+    os.close(to_w)
+    os.close(from_r)
+    os.waitpid(pid, 0)
+
+
+def test_a_substituted_name_calls_back_to_the_trusted_side(sandbox):
+    from grader.classroom.trusted import Proxy
+
+    self_attention = Proxy(sandbox, "self_attention", 20)
+    assert self_attention(2) == 6  # the student's attention: 2 * (2 + 1)
+    seen = []
+
+    def reference(x):
+        seen.append(x)
+        return x * 10
+
+    with self_attention.substituted({"attention": reference}):
+        assert self_attention(2) == 40  # 2 * reference(2), computed on the trusted side
+    assert seen == [2]
+    assert self_attention(2) == 6  # the student's own name is back
+
+
+def test_a_substituted_name_the_student_lacks_exists_only_during_the_call(sandbox):
+    from grader.classroom.trusted import Proxy
+
+    uses_helper = Proxy(sandbox, "uses_helper", 20)
+    with uses_helper.substituted({"helper": lambda x: [x, x]}):
+        assert uses_helper(3) == [3, 3]
+    with pytest.raises(NameError):
+        uses_helper(3)
+    assert sandbox.request(("names", ["helper"]), 20) == {"names": {"helper": "missing"}}
+
+
+def test_an_error_in_a_substituted_function_reaches_the_student_code(sandbox):
+    from grader.classroom.trusted import Proxy
+
+    def refuses(x):
+        raise ValueError("no negative sizes")
+
+    self_attention = Proxy(sandbox, "self_attention", 20)
+    with self_attention.substituted({"attention": refuses}), pytest.raises(ValueError, match="no negative"):
+        self_attention(-1)
+    assert self_attention(1) == 4
+
+
+def test_gradients_flow_through_a_substituted_function(sandbox):
+    """A training loop graded on its own: the loss is the reference's, the backward pass still works."""
+    import torch
+
+    from grader.classroom.trusted import Proxy
+
+    gradient_at = Proxy(sandbox, "gradient_at", 20)
+    assert gradient_at([1.0, 2.0]).tolist() == [3.0, 12.0]  # the student's loss: d(w^3) = 3 w^2
+    with gradient_at.substituted({"loss_of": lambda w: (w**2).sum()}):
+        assert gradient_at([1.0, 2.0]).tolist() == [2.0, 4.0]  # the reference's: d(w^2) = 2 w
+    assert isinstance(gradient_at([1.0]), torch.Tensor)
+
+
+def test_a_forbidden_call_made_in_the_sandbox_is_reported(sandbox):
+    """A rule such as "do not call torch.softmax" holds for code that runs outside the trusted process."""
+    import torch
+
+    from grader.classroom.trusted import Proxy
+
+    for name in ("by_the_book", "imported"):
+        fn = Proxy(sandbox, name, 20)
+        with fn.forbidding(["torch.softmax", "torch.exp"]) as calls:
+            assert fn(torch.zeros(2, 3)).sum().item() == 2.0  # it still computes
+        assert calls == ["torch.softmax"], name
+        with fn.forbidding(["torch.exp"]) as calls:
+            fn(torch.zeros(2, 3))
+        assert calls == []
+
+
+def test_unedited_test_cells_raise_no_false_alarm(graded):
+    """Hidden tests put back into untouched test cells are not reported as edits, on either path."""
+    from grader.classroom import lessons
+
+    runs, _ = graded
+    for run in runs.values():
+        assert "has changed!" not in run.stderr, run.stderr[-3000:]
+    for lesson in course.lessons():
+        nb = nbformat.read(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+        assert autograde._test_cell_notes(nb, lessons.lesson(lesson)) == [], lesson

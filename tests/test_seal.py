@@ -1,0 +1,307 @@
+"""The seal around student code while grading: real bubblewrap, real kernels, real sandbox.
+
+A kernel started the way grading starts it (forked from the sealed fork server,
+or one bwrap per kernel as plain ``nbgrader autograde`` does) must not see the
+grading code, the instructor's sources, the gradebook, another student's
+submission or the home folder, must not reach the network, and must leave no
+process behind. A graded submission whose code is right only where the
+grading package is out of sight gets full marks from both the kernel and the
+sandbox; with the seal turned off the run says "not sealed".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import course
+from grader.classroom import kernels, seal
+from grader.classroom.zygote import Zygote
+
+pytestmark = pytest.mark.slow
+SEALED, WHY = seal.available()
+needs_seal = pytest.mark.skipif(not SEALED, reason=f"no seal here: {WHY}")
+LESSON = "01_projection"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _probe_cell(paths: dict[str, str], port: int) -> str:
+    """A cell that prints, as JSON, what it could see of each path, of grader and of the network."""
+    return f"""
+import json, os, socket
+seen = {{}}
+for name, path in {paths!r}.items():
+    if not os.path.lexists(path):
+        seen[name] = "absent"
+        continue
+    try:
+        seen[name] = sorted(os.listdir(path)) if os.path.isdir(path) else open(path, "rb").read(16).hex()
+    except Exception as e:
+        seen[name] = type(e).__name__
+try:
+    import grader
+    seen["import grader"] = "imported"
+except ImportError as e:
+    seen["import grader"] = "ImportError"
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
+    seen["tcp"] = "connected"
+except OSError as e:
+    seen["tcp"] = type(e).__name__
+print("SEEN " + json.dumps(seen))
+"""
+
+
+def _seen(nb: nbformat.NotebookNode) -> dict:
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            for line in str(out.get("text", "")).splitlines():
+                if line.startswith("SEEN "):
+                    return json.loads(line[5:])
+    raise AssertionError(f"the probe printed nothing: {[c.get('outputs') for c in nb.cells]}")
+
+
+def _alive(marker: str) -> list[int]:
+    """Processes anywhere on this machine whose command line holds the marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture
+def course_like(tmp_path):
+    """A work folder like a real grading run's: gradebook, two students' submissions, one autograded copy."""
+    work = tmp_path / "work"
+    (work / "gradebook.db").parent.mkdir(parents=True)
+    (work / "gradebook.db").write_bytes(b"SQLite format 3\0 the gradebook")
+    other = work / "submitted" / "bob" / LESSON
+    other.mkdir(parents=True)
+    (other / f"{LESSON}.ipynb").write_text('{"bob": "answers"}')
+    mine = work / "autograded" / "alice" / LESSON
+    mine.mkdir(parents=True)
+    return work, mine
+
+
+@pytest.fixture
+def listener():
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def sealed_zygote(tmp_path_factory):
+    area = tmp_path_factory.mktemp("sealed-area")
+    z = Zygote(kernels.kernel_env(None), sealed_area=str(area))
+    yield z
+    z.close()
+
+
+@pytest.fixture
+def kernel_settings():
+    """Kernels with the seal and nothing else (no guard): what is refused here, the seal refused."""
+    saved = kernels.SETTINGS
+    kernels.SETTINGS = kernels.KernelSettings(sealed=True, guard={})
+    yield kernels.SETTINGS
+    kernels.SETTINGS = saved
+
+
+def _run(
+    cells: list[str], cwd: Path, settings: kernels.KernelSettings, zygote: Zygote | None
+) -> nbformat.NotebookNode:
+    from nbclient import NotebookClient
+
+    settings.zygote = zygote
+    if zygote is not None:  # the tool's layout: the kernel works in a folder the sealed zygote shows
+        area = Path(zygote.sealed_area)
+        settings.area = str(area)
+        cwd = area / f"job-{uuid.uuid4().hex[:8]}"
+        cwd.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    client = NotebookClient(
+        nb,
+        timeout=60,
+        kernel_manager_class=kernels.GuardedKernelManager,
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute()
+    return nb
+
+
+LAUNCHES = ["fork", "bwrap"]
+
+
+# ------------------------------------------------------------------ the kernel
+
+
+@needs_seal
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
+    launch, course_like, listener, kernel_settings, sealed_zygote
+):
+    work, mine = course_like
+    home = Path.home()
+    python_under_home = {
+        Path(p).relative_to(home).parts[0] for p in seal.python_paths() if Path(p).is_relative_to(home)
+    }
+    paths = {
+        "grader": str(course.ROOT / "grader"),
+        "solutions": str(course.ROOT / "solutions"),
+        "repository": str(course.ROOT),
+        "gradebook": str(work / "gradebook.db"),
+        "other submission": str(work / "submitted" / "bob" / LESSON / f"{LESSON}.ipynb"),
+        "work folder": str(work),
+        "home": str(home),
+    }
+    port = listener.getsockname()[1]
+    zygote = sealed_zygote if launch == "fork" else None
+    nb = _run([_probe_cell(paths, port)], mine, kernel_settings, zygote)
+    seen = _seen(nb)
+    for name in ("grader", "solutions", "gradebook", "other submission"):
+        assert seen[name] == "absent", f"{name} is visible in the seal: {seen[name]}"
+    # one bwrap per kernel shows the notebook's own folder, and so the names of the folders above it
+    assert seen["work folder"] in ("absent", ["autograded"]), seen["work folder"]
+    assert set(seen["repository"]) <= {"attention_course", "data", ".venv"}, seen["repository"]
+    assert set(seen["home"]) <= python_under_home, f"home folder visible: {seen['home']}"
+    assert seen["import grader"] == "ImportError"
+    assert seen["tcp"] != "connected"
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+
+
+@needs_seal
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_background_process_does_not_outlive_the_notebook(
+    launch, course_like, kernel_settings, sealed_zygote
+):
+    _, mine = course_like
+    marker = f"{600 + int(time.time() * 1000) % 1000}.{os.getpid() % 1000}"  # a sleep nobody else runs
+    start = (
+        "import subprocess, time\n"
+        f"p = subprocess.Popen(['sleep', '{marker}'], start_new_session=True,"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "time.sleep(0.2)\n"
+        "print('running' if p.poll() is None else 'not running')"
+    )
+    zygote = sealed_zygote if launch == "fork" else None
+    try:
+        nb = _run([start], mine, kernel_settings, zygote)
+        assert "'running" in str(nb.cells[0].outputs), nb.cells[0].outputs
+        if zygote is not None:
+            zygote.reset()  # what a job does when its notebook ends (autograde._kill_kernels)
+        deadline = time.monotonic() + 5
+        while _alive(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(marker), "a process started by the notebook outlived it"
+    finally:
+        for pid in _alive(marker):
+            os.kill(pid, 9)
+
+
+# ------------------------------------------------------------------ a graded submission
+
+
+@pytest.fixture(scope="module")
+def gradebook(tmp_path_factory):
+    """A work folder whose gradebook knows lesson 01 (built once for this module)."""
+    from grader.classroom import grading
+
+    work = tmp_path_factory.mktemp("seal-grading")
+    old = os.environ.get("ATTENTION_COURSE_WORK")
+    os.environ["ATTENTION_COURSE_WORK"] = str(work)
+    try:
+        grading.ensure_gradebook([LESSON])
+        yield work, grading.template()
+    finally:
+        if old is None:
+            os.environ.pop("ATTENTION_COURSE_WORK", None)
+        else:
+            os.environ["ATTENTION_COURSE_WORK"] = old
+
+
+def _submission(port: int) -> bytes:
+    """Lesson 01 answered correctly only where the grading code is out of sight; then a probe."""
+    nb = nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    answer = f'''import os
+
+import torch
+
+
+def project(X: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, W_v: torch.Tensor):
+    """Right in the seal; wrong wherever the grading package can be imported or seen."""
+    try:
+        import grader  # noqa: F401
+
+        sealed = False
+    except ImportError:
+        sealed = not os.path.exists({str(course.ROOT / "grader")!r})
+    if not sealed:
+        W_q = W_k
+    return X @ W_q, X @ W_k, X @ W_v
+'''
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex01_project":
+            cell.source = answer
+    probe = {"grader": str(course.ROOT / "grader"), "solutions": str(course.ROOT / "solutions")}
+    nb.cells.append(nbformat.v4.new_code_cell(_probe_cell(probe, port)))
+    return nbformat.writes(nb).encode()
+
+
+@needs_seal
+def test_graded_submission_runs_sealed_in_kernel_and_sandbox(gradebook, listener):
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    result = grade_job(
+        Job(
+            "sealed_sam",
+            LESSON,
+            _submission(listener.getsockname()[1]),
+            template,
+            options=Options(timeout=30),
+        )
+    )
+    assert result.error is None, result.error
+    assert result.isolation == "sealed"
+    # the sandbox decides the hidden checks: full marks only if it could not see grader/ either
+    assert result.score == result.max_score == 7, [(c.grade_id, c.score, c.message) for c in result.cells]
+    seen = _seen(nbformat.reads(result.notebook.decode(), as_version=4))
+    assert seen["grader"] == seen["solutions"] == "absent"
+    assert seen["tcp"] != "connected"
+
+
+def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):
+    from grader.classroom import grading
+
+    work, _ = gradebook
+    monkeypatch.setenv(seal.OFF_VARIABLE, "1")
+    assert seal.available() == (False, f"turned off by {seal.OFF_VARIABLE}")
+    student = "unsealed_uma"
+    path = course.submission_path(LESSON, student)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_submission(9))
+    summary = grading.grade([LESSON], [student], workers=1, progress=False, force=True)
+    text = grading.format_summary(summary)
+    assert f"NOT SEALED (turned off by {seal.OFF_VARIABLE})" in text, text
+    record = next(r for r in grading.load_records([LESSON]) if r["student"] == student)
+    assert record["isolation"].startswith("not sealed")
+    assert any(n.startswith("not sealed") for n in record["notes"])
+    # the guard alone lets the code see the grading package: the answer that depends on it is wrong
+    assert record["score"] < 7
