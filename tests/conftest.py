@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
@@ -39,3 +40,23 @@ def built_course(tmp_path_factory):
     else:
         os.environ["ATTENTION_COURSE_WORK"] = old
     shutil.rmtree(work, ignore_errors=True)
+
+
+class ProgressLines(io.TextIOBase):
+    """A text stream that shows each line on pytest's terminal at once (for long fixtures)."""
+
+    def __init__(self, config: pytest.Config, prefix: str):
+        self.writer, self.prefix = config.get_terminal_writer(), prefix
+
+    def write(self, text: str) -> int:
+        for line in text.replace("\r", "\n").splitlines():
+            if line.strip():
+                self.writer.line(f"\n[{self.prefix}] {line.strip()}")
+        self.writer.flush()
+        return len(text)
+
+
+@pytest.fixture(scope="session")
+def progress_lines(request):
+    """Make a stream that prints progress lines of a long fixture (at least one a minute)."""
+    return lambda prefix: ProgressLines(request.config, prefix)

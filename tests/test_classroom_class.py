@@ -28,16 +28,17 @@ TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def graded_class(built_course):
+def graded_class(built_course, progress_lines):
     """Grade the whole simulated class once; yield (cases, records by (student, lesson), summaries)."""
+    bar = progress_lines("grading the simulated class")
     cases = spec.cases(course.work_dir())
     spec.materialize(cases, built_course)
     students = sorted({c.student for c in cases})
     short = sorted({c.student for c in cases if c.short_timeout})
     start = time.perf_counter()
-    quick = grading.grade(only_students=short, options=Options(timeout=5), workers=2, progress=False)
+    quick = grading.grade(only_students=short, options=Options(timeout=5), workers=2, progress=bar)
     others = sorted(set(students) - set(short))
-    rest = grading.grade(only_students=others, options=Options(timeout=60), workers=2, progress=False)
+    rest = grading.grade(only_students=others, options=Options(timeout=60), workers=2, progress=bar)
     TIMINGS["grade"] = time.perf_counter() - start
     records = {(r["student"], r["lesson"]): r for r in grading.load_records() if r["student"] in students}
     yield cases, records, (quick, rest)
@@ -112,14 +113,13 @@ def test_tampering_is_flagged_in_the_summary(graded_class):
     assert "Flagged for review" in text and "t01_tensor_any" in text
 
 
+PLAIN_TWINS = ("t01_tensor_any", "t01_read_reference", "t01_fake_grader", "t01_torch_isclose")
+
+
 def test_plain_nbgrader_is_not_fooled_by_the_same_tampering(graded_class):
     """Plain nbgrader autograde (the formgrader's button) gives every test cell the tool's score."""
     cases, records, _ = graded_class
-    for case in [
-        c
-        for c in cases
-        if c.student in ("t01_tensor_any", "t01_read_reference", "t01_fake_grader", "t01_torch_isclose")
-    ]:
+    for case in [c for c in cases if c.student in PLAIN_TWINS]:
         twin = f"plain_{case.student}"
         dest = course.submission_path(case.lesson, twin)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -128,6 +128,41 @@ def test_plain_nbgrader_is_not_fooled_by_the_same_tampering(graded_class):
         tool = {c["grade_id"]: c["score"] for c in records[(case.student, case.lesson)]["cells"]}
         assert {gid: score for gid, (score, _) in plain["grades"].items()} == tool, case.student
         assert plain["score"] == records[(case.student, case.lesson)]["score"] == 1, case.student
+
+
+def test_plain_nbgrader_grades_fairly_as_the_tool_does(graded_class):
+    """Correct variants, mistakes and helper answers: the same score per cell and the same named mistake."""
+    import nbformat
+
+    from tests.class_sim import fair
+
+    cases, records, _ = graded_class
+    chosen = {c.student for c in fair.cases()} | {"c05_trap_dim"}
+    for case in [c for c in cases if c.student in chosen]:
+        twin = f"plain_{case.student}"
+        dest = course.submission_path(case.lesson, twin)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(course.submission_path(case.lesson, case.student), dest)
+        plain = course.autograde(case.lesson, twin)
+        tool = {c["grade_id"]: c["score"] for c in records[(case.student, case.lesson)]["cells"]}
+        assert {gid: score for gid, (score, _) in plain["grades"].items()} == tool, case.student
+        assert plain["score"] == case.expected_score(), case.student
+        nb = nbformat.read(course.autograded_path(case.lesson, twin), as_version=4)
+        errors = {
+            c.metadata["nbgrader"]["grade_id"]: " ".join(o.get("evalue", "") for o in c.outputs)
+            for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade")
+        }
+        for gid, trap in case.diagnoses.items():
+            assert f"Diagnosis: {trap}" in errors[gid], (case.student, gid, errors[gid][-500:])
+        graded_stderr = [
+            o
+            for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade")
+            for o in c.outputs
+            if o.get("name") == "stderr"
+        ]
+        assert not graded_stderr, (case.student, graded_stderr)  # a note on stdout instead
 
 
 def test_feedback_shows_diagnoses_and_never_hidden_tests(graded_class):

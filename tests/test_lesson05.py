@@ -224,8 +224,8 @@ def test_each_softmax_trap_loses_its_hidden_points_and_is_named(student, built_c
 def test_correct_but_different_softmax_and_lookup_get_full_marks(built_course):
     answers = {
         "ex05_softmax": _code("""
-            def softmax(Z, dim=-1):
-                return torch.nan_to_num(torch.softmax(Z, dim=dim), nan=0.0)
+            def softmax(Z, dim=-1):  # torch.softmax is ruled out; logsumexp is not
+                return torch.exp(Z - torch.logsumexp(Z, dim=dim, keepdim=True)).nan_to_num(0.0)
         """),
         "ex05_soft_lookup": _code("""
             def soft_lookup(query, keys, values, sharpness):

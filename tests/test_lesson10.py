@@ -264,9 +264,10 @@ def train_answer(update="p -= lr * p.grad\np.grad = None"):
     return TRAIN.format(update="\n".join(" " * 16 + line for line in update.splitlines()))
 
 
-# Each submission carries one wrong version of each function it names; train_head uses the
-# submission's own head_forward and prev_token_loss, so only combinations whose training behaviour
-# stays the same are grouped. {hidden test: (answer cell, answer, diagnosis)}
+# Each submission carries one wrong version of each function it names. train_head is graded on its
+# own: its hidden check runs it on the reference head_forward and prev_token_loss, so a wrong loss costs
+# only the loss's points; a loop that computes its own (unshifted) loss is still named.
+# {hidden test: (answer cell, answer, diagnosis)}
 WRONG_SUBMISSIONS = {
     "nomask_summed_ascent": {
         "test10_head_forward_hidden": (
@@ -296,9 +297,12 @@ WRONG_SUBMISSIONS = {
             loss_answer(guesses="logits", answers="tokens"),
             "the targets are not shifted: every position names its own token",
         ),
-        "test10_train_head_hidden": (  # a right loop that trains on the unshifted loss
+        "test10_train_head_hidden": (  # a loop that computes the unshifted loss itself
             "ex10_train_head",
-            train_answer(),
+            train_answer().replace(
+                "loss = prev_token_loss(logits, tokens)",
+                "loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))",
+            ),
             "the head learned to look at the current token",
         ),
     },

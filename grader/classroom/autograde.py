@@ -157,7 +157,7 @@ def _sealed_area() -> str:
     if _AREA is None:
         import atexit
 
-        parent = Path(tempfile.gettempdir()) / f"classroom-sealed-{os.getuid()}"
+        parent = Path(seal.short_tmp()) / f"classroom-sealed-{os.getuid()}"
         parent.mkdir(mode=0o700, exist_ok=True)
         for old in parent.iterdir():  # areas of workers that were stopped without cleaning up
             pid = old.name.split("-")[0]

@@ -389,10 +389,13 @@ def grade(
     executor: str = "local",
     address: str | None = None,
     force: bool = False,
-    progress: bool = True,
+    progress: bool | Any = True,
     limit: int | None = None,
 ) -> RunSummary:
-    """Autograde every submission not graded yet (``force``: all of them); return a summary."""
+    """Autograde every submission not graded yet (``force``: all of them); return a summary.
+
+    ``progress``: True for a bar on stderr, False for none, or a text stream to write it to.
+    """
     from grader.classroom.progress import Progress
 
     options = options or Options()
@@ -413,7 +416,7 @@ def grade(
     cfg = course_config()
     template_bytes = template()
     by_key = {(s.student, s.lesson): s for s in todo}
-    bar = Progress(len(todo)) if progress else None
+    bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
     start = time.perf_counter()
     ex = executors.make(executor, workers, address, initializer=warm_up)
     summary.workers = ex.workers

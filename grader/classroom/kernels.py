@@ -99,7 +99,7 @@ class GuardedKernelManager(AsyncKernelManager):
         if sealing():
             area = SETTINGS.area
             if area is None or not os.path.isdir(area):
-                area = self._own_area = tempfile.mkdtemp(prefix="sealed-kernel-")
+                area = self._own_area = tempfile.mkdtemp(prefix="sealed-kernel-", dir=seal.short_tmp())
             self._sealed_dir = tempfile.mkdtemp(prefix="kernel-", dir=area)
             # no network in the seal: the kernel's sockets are files in a folder it can see
             self.transport = "ipc"

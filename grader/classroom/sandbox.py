@@ -361,6 +361,28 @@ def _watch(names: list[str], namespace: dict, called: list[str]) -> list[tuple[A
     return restore
 
 
+_WATCH: Any = None  # attention_course.watch, once a watched input has arrived
+
+
+def _rewatched(x: Any) -> Any:
+    """Inputs sent with a watch rule (lesson 11) as watched tensors again."""
+    global _WATCH
+    if isinstance(x, dict) and set(x) == {"__watched__", "rule"}:
+        if _WATCH is None:
+            from attention_course import watch
+
+            _WATCH = watch
+        rule = x["rule"]
+        return _WATCH.watched(x["__watched__"], None if rule is None else _WATCH.Rule(*rule))
+    if isinstance(x, tuple):
+        return tuple(_rewatched(v) for v in x)
+    if isinstance(x, list):
+        return [_rewatched(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _rewatched(v) for k, v in x.items()}
+    return x
+
+
 def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, int] | None = None) -> dict:
     op = request[0]
     if op == "run":
@@ -383,6 +405,7 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
         substitutes = list(request[4]) if len(request) > 4 and channel is not None else []
         forbidden = [str(n) for n in request[5]] if len(request) > 5 else []
         fn = namespace.get(name)
+        args, kwargs = _rewatched(args), _rewatched(kwargs)
         saved = {n: namespace[n] for n in substitutes if n in namespace}
         for n in substitutes:
             namespace[n] = _callback_stub(n, channel)
@@ -397,7 +420,10 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
                 value = fn(*args, **kwargs)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            return {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
+            answer = {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
+            if _WATCH is not None and _WATCH.note_of(value) is not None:
+                answer["note"] = list(_WATCH.note_of(value))  # how the result was computed (lesson 11)
+            return answer
         except BaseException as e:  # noqa: BLE001 - the student's error goes back as data
             kind = "TimeoutError" if isinstance(e, CellTimeout) else type(e).__name__
             module = "builtins" if isinstance(e, CellTimeout) else type(e).__module__

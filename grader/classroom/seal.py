@@ -74,6 +74,16 @@ KEPT_ENV = (
 )
 
 
+def short_tmp() -> str:
+    """A temporary folder with a short path: a kernel's IPC sockets live below it (at most 107 bytes)."""
+    import tempfile
+
+    default = tempfile.gettempdir()
+    if len(default) <= 24 or not os.access("/tmp", os.W_OK):
+        return default
+    return "/tmp"
+
+
 def repo_root() -> Path:
     """The repository (installed editable: hidden inside the seal but for the student helpers and data)."""
     return Path(__file__).resolve().parents[2]
