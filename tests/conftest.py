@@ -47,12 +47,15 @@ class ProgressLines(io.TextIOBase):
 
     def __init__(self, config: pytest.Config, prefix: str):
         self.writer, self.prefix = config.get_terminal_writer(), prefix
+        self.capture = config.pluginmanager.getplugin("capturemanager")
 
     def write(self, text: str) -> int:
-        for line in text.replace("\r", "\n").splitlines():
-            if line.strip():
-                self.writer.line(f"\n[{self.prefix}] {line.strip()}")
-        self.writer.flush()
+        lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+        if lines:
+            with self.capture.global_and_fixture_disabled():  # past pytest's output capture
+                for line in lines:
+                    self.writer.line(f"\n[{self.prefix}] {line}")
+                self.writer.flush()
         return len(text)
 
 

@@ -69,7 +69,9 @@ def test_submission_gets_the_expected_grade(graded_class, key):
     case = next(c for c in cases if (c.student, c.lesson) == key)
     rec = records[(case.student, case.lesson)]
     who = f"{case.student} ({case.what})"
-    assert rec["status"] == case.status, f"{who}: status {rec['status']!r}, notes {rec['notes']}"
+    assert rec["status"] == case.status or rec["status"] in case.also, (
+        f"{who}: status {rec['status']!r}, notes {rec['notes']}"
+    )
     cells = {c["grade_id"]: c for c in rec["cells"]}
     les = lessons.lesson(case.lesson)
     for test in les.tests:
@@ -131,13 +133,13 @@ def test_plain_nbgrader_is_not_fooled_by_the_same_tampering(graded_class):
 
 
 def test_plain_nbgrader_grades_fairly_as_the_tool_does(graded_class):
-    """Correct variants, mistakes and helper answers: the same score per cell and the same named mistake."""
+    """Correct variants, mistakes, helper answers and red-team code: the same score per cell, the same names."""
     import nbformat
 
-    from tests.class_sim import fair
+    from tests.class_sim import fair, redteam
 
     cases, records, _ = graded_class
-    chosen = {c.student for c in fair.cases()} | {"c05_trap_dim"}
+    chosen = {c.student for c in fair.cases() + redteam.cases()} | {"c05_trap_dim"}
     for case in [c for c in cases if c.student in chosen]:
         twin = f"plain_{case.student}"
         dest = course.submission_path(case.lesson, twin)
@@ -165,6 +167,20 @@ def test_plain_nbgrader_grades_fairly_as_the_tool_does(graded_class):
         assert not graded_stderr, (case.student, graded_stderr)  # a note on stdout instead
 
 
+def _instructor_code_lines() -> set[str]:
+    """Every line of code in grader/ and every solution and hidden-test line in solutions/ (long enough to tell)."""
+    import nbformat
+
+    lines = set()
+    for path in (course.ROOT / "grader").rglob("*.py"):
+        lines.update(ln.strip() for ln in path.read_text().splitlines())
+    for path in (course.ROOT / "solutions").glob("*/*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                lines.update(ln.strip() for ln in cell.source.splitlines())
+    return {ln for ln in lines if len(ln) >= 24 and not ln.startswith(("#", '"', "'", 'f"', "f'"))}
+
+
 def test_feedback_shows_diagnoses_and_never_hidden_tests(graded_class):
     cases, records, _ = graded_class
     students = sorted({c.student for c in cases})
@@ -184,6 +200,15 @@ def test_feedback_shows_diagnoses_and_never_hidden_tests(graded_class):
                 assert f"Diagnosis: {trap}" in text, f"{case.student}: diagnosis missing from the feedback"
         if case.status == "kernel died":
             assert "kernel stopped" in text
+    # no page shows a line of the instructor's code (grader/, or solutions/ beyond what students get)
+    instructor = _instructor_code_lines()
+    for case in cases:
+        text = feedback.page_text(feedback.feedback_path(case.lesson, case.student).read_text())
+        own = feedback.student_code(case.lesson, case.student)
+        released = (course.ROOT / "notebooks" / case.lesson / f"{case.lesson}.ipynb").read_text()
+        shown = {ln.strip() for ln in text.splitlines()} & instructor
+        leaked = [ln for ln in shown if ln not in own and json.dumps(ln)[1:-1] not in released]
+        assert not leaked, f"{case.student}/{case.lesson} shows instructor code: {leaked[:5]}"
     # the leak check itself catches a page that shows a hidden line
     les = lessons.lesson(spec.L1)
     hidden = [ln for ln in les.hidden_lines() if "grader.check" in ln][0]

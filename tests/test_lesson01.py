@@ -23,6 +23,7 @@ def test_projection_numbers_from_the_brief():
         },
     )
     assert values["q_I"] == [1, 0, 2]
+    assert values["Q"] == [[1, 0, 2], [2, 2, 2], [2, 1, 3]]  # the worked example's own X @ W_q
     assert values["Q_proj"] == [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
     assert values["K"] == [[0, 1, 1], [4, 4, 0], [2, 3, 1]]
     assert values["V"] == [[1, 2, 3], [2, 8, 0], [2, 6, 3]]

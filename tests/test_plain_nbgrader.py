@@ -184,6 +184,9 @@ def sandbox(tmp_path):
         os.close(to_w)
         os.close(from_r)
         try:
+            import torch
+
+            torch.set_num_threads(1)  # a fork of a process whose thread pools ran: stay on this thread
             cfg = {"scratch": str(tmp_path), "guard": guard.policy(deny=[]), "cell_timeout": 20}
             box.serve(to_r, from_w, cfg)
         finally:

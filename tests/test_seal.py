@@ -305,3 +305,13 @@ def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):
     assert any(n.startswith("not sealed") for n in record["notes"])
     # the guard alone lets the code see the grading package: the answer that depends on it is wrong
     assert record["score"] < 7
+    # the export says so too: in the class report's first lines and in the grades' isolation column
+    from grader.classroom import report
+
+    paths = report.export(work / "report-unsealed", only_lessons=[LESSON])
+    head = paths["report"].read_text().splitlines()[:4]
+    assert any("NOT SEALED" in line for line in head), head
+    import csv
+
+    rows = list(csv.DictReader((work / "report-unsealed" / "grades.csv").open()))
+    assert any(r["student_id"] == student and r["isolation"].startswith("not sealed") for r in rows)

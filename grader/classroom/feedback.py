@@ -81,7 +81,13 @@ class ScrubTracebacks(NbGraderPreprocessor):
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":
                     frames = "\n".join(ANSI.sub("", t) for t in out.get("traceback", []))
-                    if grade or "grader" in frames or any(h in frames for h in hidden):
+                    # frames through the grading package (course_runtime: its modules inside the seal)
+                    if (
+                        grade
+                        or "grader" in frames
+                        or "course_runtime" in frames
+                        or any(h in frames for h in hidden)
+                    ):
                         out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
                 text = json.dumps(out)
                 if any(h in text for h in hidden if len(h) > 6) and out.get("output_type") != "error":

@@ -222,6 +222,7 @@ GRADE_COLUMNS = [
     "score",
     "max_score",
     "gradebook_check",
+    "isolation",
 ]
 
 
@@ -283,6 +284,7 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
                     "late_submission_penalty": 0.0,
                     "score": 0.0,
                     "gradebook_check": "",
+                    "isolation": "",
                 }
                 if record is not None:
                     penalty = float(record.get("late_penalty") or 0)
@@ -292,6 +294,7 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
                         late_submission_penalty=penalty,
                         score=max(0.0, float(record["score"]) - penalty),
                         max_score=record.get("max_score", row["max_score"]),
+                        isolation=record.get("isolation", ""),
                     )
                     if record.get("status") == "grading failed":
                         problem = "could not be graded: run grade again"
@@ -338,7 +341,17 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
     paths = {"grades": grades}
     paths["chart"] = chart(rep, out_dir / "class_report.png")
     paths["report"] = out_dir / "class_report.md"
-    paths["report"].write_text(markdown(rep, paths["chart"].name))
+    text = markdown(rep, paths["chart"].name)
+    loose = sorted({r["isolation"] for r in records if str(r.get("isolation", "")).startswith("not sealed")})
+    if loose:  # said first, in words no reader can miss
+        n = sum(1 for r in records if str(r.get("isolation", "")).startswith("not sealed"))
+        text = text.replace(
+            "# Class report\n",
+            f"# Class report\n\n**NOT SEALED: {n} submissions were graded without the operating-system seal "
+            f"({'; '.join(loose)}): their code could read the instructor's files.**\n",
+            1,
+        )
+    paths["report"].write_text(text)
     with (out_dir / "exercises.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["lesson", "exercise", "submissions", "passed", "pass_rate", "mean_points", "max_points"])
@@ -362,7 +375,18 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
     with (out_dir / "submissions.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(
-            ["student", "lesson", "status", "score", "max_score", "seconds", "flags", "diagnoses", "notes"]
+            [
+                "student",
+                "lesson",
+                "status",
+                "score",
+                "max_score",
+                "seconds",
+                "flags",
+                "diagnoses",
+                "notes",
+                "isolation",
+            ]
         )
         for r in records:
             diags = sorted({c["diagnosis"] for c in r.get("cells", []) if c.get("diagnosis")})
@@ -377,6 +401,7 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
                     " | ".join(r.get("flags", [])),
                     " | ".join(diags),
                     " | ".join(r.get("notes", [])),
+                    r.get("isolation", ""),
                 ]
             )
     for name in ("exercises", "misconceptions", "submissions"):

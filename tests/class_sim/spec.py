@@ -38,6 +38,9 @@ class Case:
     edit: Callable[[nbformat.NotebookNode], None] | None = None
     fails: set[str] | str = field(default_factory=set)
     status: str = "graded"
+    # another status the same run may end in (a kernel at its memory cap can also die outright when a
+    # thread of its own cannot allocate); the score is the same either way
+    also: tuple[str, ...] = ()
     diagnoses: dict[str, str | None] = field(default_factory=dict)
     flags: tuple[str, ...] = ()  # substrings that must appear among the flags (none: no flag at all)
     notes: tuple[str, ...] = ()
@@ -313,6 +316,7 @@ def lesson01(work: Path) -> list[Case]:
             {e: _def("hog = []\nwhile True:\n    hog.append(torch.empty(250_000_000))")},
             fails=ALL,
             status="out of memory",
+            also=("kernel died",),
         ),
         Case(
             "c01_memory_top",
@@ -616,9 +620,9 @@ def other_lessons() -> list[Case]:
 
 
 def cases(work: Path) -> list[Case]:
-    from tests.class_sim import crafts, fair
+    from tests.class_sim import crafts, fair, redteam
 
-    return lesson01(work) + other_lessons() + fair.cases() + crafts.cases()
+    return lesson01(work) + other_lessons() + fair.cases() + crafts.cases() + redteam.cases()
 
 
 # ------------------------------------------------------------------ writing the submissions
