@@ -118,17 +118,23 @@ def test_tampering_is_flagged_in_the_summary(graded_class):
 PLAIN_TWINS = ("t01_tensor_any", "t01_read_reference", "t01_fake_grader", "t01_torch_isclose")
 
 
+def _graded_by_plain_nbgrader(case: spec.Case, records: dict) -> tuple[dict, str]:
+    """A copy of the case's submission autograded by plain nbgrader; asserts each cell scores as the tool's."""
+    twin = f"plain_{case.student}"
+    dest = course.submission_path(case.lesson, twin)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(course.submission_path(case.lesson, case.student), dest)
+    plain = course.autograde(case.lesson, twin)
+    tool = {c["grade_id"]: c["score"] for c in records[(case.student, case.lesson)]["cells"]}
+    assert {gid: score for gid, (score, _) in plain["grades"].items()} == tool, case.student
+    return plain, twin
+
+
 def test_plain_nbgrader_is_not_fooled_by_the_same_tampering(graded_class):
     """Plain nbgrader autograde (the formgrader's button) gives every test cell the tool's score."""
     cases, records, _ = graded_class
     for case in [c for c in cases if c.student in PLAIN_TWINS]:
-        twin = f"plain_{case.student}"
-        dest = course.submission_path(case.lesson, twin)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(course.submission_path(case.lesson, case.student), dest)
-        plain = course.autograde(case.lesson, twin)
-        tool = {c["grade_id"]: c["score"] for c in records[(case.student, case.lesson)]["cells"]}
-        assert {gid: score for gid, (score, _) in plain["grades"].items()} == tool, case.student
+        plain, _ = _graded_by_plain_nbgrader(case, records)
         assert plain["score"] == records[(case.student, case.lesson)]["score"] == 1, case.student
 
 
@@ -141,13 +147,7 @@ def test_plain_nbgrader_grades_fairly_as_the_tool_does(graded_class):
     cases, records, _ = graded_class
     chosen = {c.student for c in fair.cases() + redteam.cases()} | {"c05_trap_dim"}
     for case in [c for c in cases if c.student in chosen]:
-        twin = f"plain_{case.student}"
-        dest = course.submission_path(case.lesson, twin)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(course.submission_path(case.lesson, case.student), dest)
-        plain = course.autograde(case.lesson, twin)
-        tool = {c["grade_id"]: c["score"] for c in records[(case.student, case.lesson)]["cells"]}
-        assert {gid: score for gid, (score, _) in plain["grades"].items()} == tool, case.student
+        plain, twin = _graded_by_plain_nbgrader(case, records)
         assert plain["score"] == case.expected_score(), case.student
         nb = nbformat.read(course.autograded_path(case.lesson, twin), as_version=4)
         errors = {
