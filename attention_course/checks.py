@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import torch
 
-from attention_course.diagnosis import diagnosed
+from attention_course.diagnosis import CHECKS, diagnosed, graded
 
-__all__ = ["diagnosed", "expect_shape", "expect_values", "is_implemented"]
+__all__ = ["diagnosed", "expect_shape", "expect_values", "is_implemented", "where_you_stand"]
 
 
 def expect_shape(t: object, shape: Sequence[int], what: str) -> None:
@@ -49,3 +49,43 @@ def is_implemented(fn, *args, **kwargs) -> bool:
     except NotImplementedError:
         return False
     return True
+
+
+def where_you_stand(*exercises: str) -> None:
+    """Print how this lesson's visible checks went in this session, exercise by exercise (not while graded)."""
+    if graded():
+        return
+    results = list(CHECKS.values())
+    passed = sum(outcome == "pass" for _, outcome, _ in results)
+    lines = [f"Where you stand: {passed} of {len(results)} visible checks pass."]
+    todo = []
+    for exercise in exercises:
+        mine = [(outcome, detail) for name, outcome, detail in results if name == exercise]
+        ok = sum(outcome == "pass" for outcome, _ in mine)
+        stubs = sorted({detail for outcome, detail in mine if outcome == "stub"})
+        failures = [detail for outcome, detail in mine if outcome == "fail"]
+        if not mine:
+            state = "no check has run yet: run its check cells"
+        elif ok == len(mine):
+            state = f"done: {ok} of {len(mine)} checks pass"
+        elif exercise in stubs:
+            state = f"not done yet: still a stub ({len(mine) - ok} of {len(mine)} checks wait for it)"
+            others = [f"`{s}`" for s in stubs if s != exercise]
+            state += f"; its checks also need {', '.join(others)}" if others else ""
+        elif stubs:
+            state = f"{ok} of {len(mine)} checks pass; waiting for " + ", ".join(f"`{s}`" for s in stubs)
+        else:
+            first = next((f for f in failures if f), "")
+            state = (
+                f"{ok} of {len(mine)} checks pass; the first failure says: {first}"
+                if first
+                else (f"{ok} of {len(mine)} checks pass; run the failing check to see its message")
+            )
+        mark = "[x]" if mine and ok == len(mine) else "[ ]"
+        lines.append(f"  {mark} `{exercise}`: {state}")
+        if not (mine and ok == len(mine)):
+            todo.append(f"`{exercise}`")
+    lines.append(
+        "Still to do: " + ", ".join(todo) + "." if todo else "Every exercise passes its visible checks."
+    )
+    print("\n".join(lines))

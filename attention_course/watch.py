@@ -38,13 +38,14 @@ _SELECTS = {
 _local = threading.local()
 
 
-def _all_tensors(x) -> list[torch.Tensor]:
+def all_tensors(x: object) -> list[torch.Tensor]:
+    """The tensors in ``x``, looking inside lists, tuples and dict values, in order."""
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, dict):
         x = list(x.values())
     if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _all_tensors(v)]
+        return [t for v in x for t in all_tensors(v)]
     return []
 
 
@@ -92,18 +93,18 @@ class Watched(torch.Tensor):
             return out
         _local.busy = True
         try:
-            inputs = _all_tensors(args) + _all_tensors(kwargs)
+            inputs = all_tensors(args) + all_tensors(kwargs)
             rule = next((r for r in (getattr(t, "_rule", None) for t in inputs) if r is not None), None)
             if rule is None:
                 return out
-            outputs = _all_tensors(out)
+            outputs = all_tensors(out)
             note = next((n for n in (getattr(t, "_note", None) for t in inputs) if n is not None), None)
             if note is None:
                 note = _judge(rule, func, inputs, outputs)
             targets = list(outputs)
             if _name(func).endswith("_") or _name(func) == "__setitem__":
-                targets += _all_tensors(args[:1])  # written in place
-            targets += _all_tensors(kwargs.get("out"))
+                targets += all_tensors(args[:1])  # written in place
+            targets += all_tensors(kwargs.get("out"))
             for t in targets:
                 t._rule = rule
                 if note is not None:
@@ -122,7 +123,7 @@ def watched(t: torch.Tensor, rule: Rule | None) -> torch.Tensor:
 
 def note_of(x) -> tuple[str, str] | None:
     """The first note carried by a result (a tensor or a tuple of tensors)."""
-    for t in _all_tensors(x):
+    for t in all_tensors(x):
         note = getattr(t, "_note", None)
         if note is not None:
             return note

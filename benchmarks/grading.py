@@ -1,25 +1,28 @@
 """Grading throughput: the classroom tool against plain sequential ``nbgrader autograde``.
 
-Grades the simulated class (tests/class_sim) both ways, in the same run, on
-the same submissions, each time in a fresh work folder with a fresh copy of the
-same gradebook:
+For each class size (default: 5 and 45 notebooks) it writes a class of submissions
+made from the solutions (right answers, a named mistake, untouched notebooks, in
+turn), then grades it both ways, in the same run, each time in a fresh work folder
+with a fresh copy of the same gradebook:
 
-- tool:  ``python -m grader grade --workers W`` (parallel, independent checks);
+- tool:  ``python -m grader grade --workers W`` (parallel, checks decided outside the kernel);
 - plain: ``nbgrader autograde <lesson>`` for each lesson, one after another
   (nbgrader's own command, one kernel per notebook, one notebook at a time).
 
-Both use the same per-cell timeout. The endless-loop submissions are left out
-by default (they measure the timeout, not the grader). Prints a table of
-notebooks per minute per repetition, and the medians and their ratio.
+Both use the same per-cell timeout, and each rate counts the notebooks that side
+really graded (its autograded copies), so a side that skips work gains nothing.
+Prints one line per repetition and size, then the medians and their ratio per size.
 
-    python benchmarks/grading.py                     # lesson 01's simulated class, 3 repetitions
-    python benchmarks/grading.py --lessons all --repeat 1
+    python benchmarks/grading.py                            # lesson 01, classes of 5 and 45, 3 repetitions
+    python benchmarks/grading.py --sizes 5 --repeat 1
+    python benchmarks/grading.py --lessons all --sizes 22
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -28,8 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import nbformat
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+KINDS = ("right answer", "named mistake", "untouched")
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -39,29 +46,57 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def prepare(base: Path, lessons: list[str] | None, loops: bool) -> tuple[list[str], int]:
-    """Build the gradebook and write the simulated class into ``base``; return (lessons, notebooks)."""
+def _solutions(lesson: str) -> dict[str, str]:
+    """The lesson's solution cells (markers removed), by grade id."""
+    nb = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    return {
+        c.metadata["nbgrader"]["grade_id"]: re.sub(
+            r"^\s*### (BEGIN|END) SOLUTION\n", "", c.source, flags=re.M
+        )
+        for c in nb.cells
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")
+    }
+
+
+def _mistake(answers: dict[str, str]) -> dict[str, str]:
+    """Lesson 01's best-known mistake (W_k for Q); other lessons answer right."""
+    return {gid: src.replace("Q = X @ W_q", "Q = X @ W_k") for gid, src in answers.items()}
+
+
+def write_class(release: Path, work: Path, lessons: list[str], size: int) -> None:
+    """``size`` submissions in ``work``/submitted: lessons in turn, and for each a right answer,
+    a mistake or the untouched notebook in turn."""
+    for i in range(size):
+        lesson = lessons[i % len(lessons)]
+        kind = KINDS[(i // len(lessons)) % len(KINDS)]
+        nb = nbformat.read(release / lesson / f"{lesson}.ipynb", as_version=4)
+        answers = {} if kind == "untouched" else _solutions(lesson)
+        if kind == "named mistake":
+            answers = _mistake(answers)
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if gid in answers:
+                cell.source = answers[gid]
+        dest = work / "submitted" / f"s{i:03d}" / lesson / f"{lesson}.ipynb"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, dest)
+
+
+def prepare(base: Path, lessons: list[str]) -> None:
+    """Build the lessons' gradebook (and release) in ``base``."""
     os.environ["ATTENTION_COURSE_WORK"] = str(base)
     from grader import course
-    from tests.class_sim import spec
 
-    release = base / "release"
-    cases = [c for c in spec.cases(base) if loops or not c.short_timeout]
-    if lessons:
-        cases = [c for c in cases if c.lesson in lessons]
-    used = sorted({c.lesson for c in cases})
-    course.build_notebooks(release_dir=release, only=used)
-    spec.materialize(cases, release)
-    return used, len(cases)
+    course.build_notebooks(release_dir=base / "release", only=lessons)
 
 
-def fresh(base: Path, dest: Path) -> None:
-    """A work folder with the base gradebook and submissions, and nothing graded."""
+def fresh(base: Path, dest: Path, lessons: list[str], size: int) -> None:
+    """A work folder with the base gradebook and a class of ``size``, nothing graded."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     shutil.copy(base / "gradebook.db", dest / "gradebook.db")
-    shutil.copytree(base / "submitted", dest / "submitted")
+    write_class(base / "release", dest, lessons, size)
 
 
 def run_tool(work: Path, lessons: list[str], workers: int, timeout: int) -> float:
@@ -91,61 +126,73 @@ def run_plain(work: Path, lessons: list[str], timeout: int) -> float:
 
 
 def count_graded(work: Path) -> int:
+    """Notebooks graded in ``work``: their autograded copies."""
     return len(list((work / "autograded").glob("*/*/*.ipynb")))
 
 
 def main() -> int:
+    from grader import course
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lessons", default="01_projection", help="comma-separated lesson ids, or 'all'")
+    parser.add_argument("--sizes", default="5,45", help="comma-separated class sizes (notebooks)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=0, help="tool workers (default: one per core)")
     parser.add_argument("--timeout", type=int, default=10, help="seconds per cell, both ways")
-    parser.add_argument("--loops", action="store_true", help="include the endless-loop submissions")
     args = parser.parse_args()
-    lessons = None if args.lessons == "all" else args.lessons.split(",")
+    lessons = course.lessons() if args.lessons == "all" else args.lessons.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
     try:
         base = tmp / "base"
-        used, n = prepare(base, lessons, args.loops)
+        prepare(base, lessons)
         from grader.classroom.executors import default_workers
+        from grader.classroom.grading import SUBMISSIONS_PER_WORKER
 
-        workers = args.workers or default_workers()
+        def tool_workers(size: int) -> int:
+            return args.workers or min(default_workers(), -(-size // SUBMISSIONS_PER_WORKER))
+
         print(
-            f"{n} notebooks ({', '.join(used)}), {workers} tool workers, {os.cpu_count()} cores, "
-            f"cell timeout {args.timeout} s"
+            f"classes of {', '.join(map(str, sizes))} notebooks ({', '.join(lessons)}; "
+            f"{' / '.join(KINDS)} in turn), tool workers "
+            f"{', '.join(f'{tool_workers(n)} for {n}' for n in sizes)}, {os.cpu_count()} cores, "
+            f"cell timeout {args.timeout} s",
+            flush=True,
         )
-        rows = []
+        rows: dict[int, list[dict]] = {size: [] for size in sizes}
         for i in range(args.repeat):
-            order = ("tool", "plain") if i % 2 == 0 else ("plain", "tool")
-            rate = {}
-            for kind in order:
-                work = tmp / f"{kind}-{i}"
-                fresh(base, work)
-                seconds = (
-                    run_tool(work, used, args.workers, args.timeout)
-                    if kind == "tool"
-                    else run_plain(work, used, args.timeout)
+            for size in sizes:
+                order = ("tool", "plain") if i % 2 == 0 else ("plain", "tool")
+                row: dict = {}
+                for kind in order:
+                    work = tmp / f"{kind}-{size}-{i}"
+                    fresh(base, work, lessons, size)
+                    seconds = (
+                        run_tool(work, lessons, args.workers, args.timeout)
+                        if kind == "tool"
+                        else run_plain(work, lessons, args.timeout)
+                    )
+                    graded = count_graded(work)
+                    row[kind] = 60.0 * graded / seconds
+                    row[kind + "_graded"], row[kind + "_s"] = graded, seconds
+                    shutil.rmtree(work, ignore_errors=True)
+                rows[size].append(row)
+                print(
+                    f"  run {i + 1}, class of {size}: "
+                    f"tool {row['tool']:.1f}/min ({row['tool_s']:.1f} s, {row['tool_graded']} graded)  "
+                    f"plain {row['plain']:.1f}/min ({row['plain_s']:.1f} s, {row['plain_graded']} graded)",
+                    flush=True,
                 )
-                graded = count_graded(work)
-                rate[kind] = 60.0 * n / seconds
-                rate[kind + "_graded"] = graded
-                rate[kind + "_s"] = seconds
-                shutil.rmtree(work, ignore_errors=True)
-            rows.append(rate)
-            print(
-                f"  run {i + 1}: tool {rate['tool']:.1f}/min ({rate['tool_s']:.0f} s, {rate['tool_graded']} graded)  "
-                f"plain {rate['plain']:.1f}/min ({rate['plain_s']:.0f} s, {rate['plain_graded']} graded)",
-                flush=True,
-            )
-        tool = statistics.median(r["tool"] for r in rows)
-        plain = statistics.median(r["plain"] for r in rows)
         print()
-        print("| grader | notebooks/minute (median) |")
-        print("|---|---|")
-        print(f"| python -m grader grade ({workers} workers) | {tool:.1f} |")
-        print(f"| nbgrader autograde (sequential) | {plain:.1f} |")
-        print(f"| ratio | {tool / plain:.2f}x |")
+        print("| class | python -m grader grade (notebooks/min) | nbgrader autograde, sequential | ratio |")
+        print("|---|---|---|---|")
+        for size in sizes:
+            tool = statistics.median(r["tool"] for r in rows[size])
+            plain = statistics.median(r["plain"] for r in rows[size])
+            short = [r for r in rows[size] if min(r["tool_graded"], r["plain_graded"]) < size]
+            note = f" (some runs graded fewer than {size})" if short else ""
+            print(f"| {size} notebooks{note} | {tool:.1f} | {plain:.1f} | {tool / plain:.2f}x |")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

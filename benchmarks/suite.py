@@ -24,6 +24,9 @@ SETUP = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S+)")
 
 
 def main(args: list[str]) -> int:
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
         start = time.perf_counter()

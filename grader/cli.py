@@ -1,12 +1,13 @@
 """Instructor command line: ``python -m grader <command>``.
 
 Commands, in the order of a term:
-  build     regenerate notebooks/ (student versions) from solutions/ with nbgrader
-  release   build, then pack the student bundle (zip) and prove it clean
-  collect   place an LMS export's notebooks where nbgrader expects them
-  grade     autograde every submission, several at a time, resumable
-  feedback  one HTML page per student and lesson, hidden tests never shown
-  export    nbgrader's grades CSV and a class report with a chart
+  check-sources  check solutions/ against the course's rules (ids, points, checks, Colab cell)
+  build          regenerate notebooks/ (student versions) from solutions/ with nbgrader
+  release        build, then pack the student bundle (zip) and prove it clean
+  collect        place an LMS export's notebooks where nbgrader expects them
+  grade          autograde every submission, several at a time, resumable
+  feedback       one HTML page per student and lesson, hidden tests never shown
+  export         nbgrader's grades CSV and a class report with a chart
 
 Everything a run writes goes to the work folder (``_grading/``, or
 ``$ATTENTION_COURSE_WORK``); the gradebook there is nbgrader's, so the
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    src = sub.add_parser("check-sources", help="check solutions/ against the course's rules for lessons")
+    src.add_argument(
+        "--fix-ids", action="store_true", help="first give each nbgrader cell its grade id as cell id"
+    )
+
     build = sub.add_parser("build", help="regenerate notebooks/ from solutions/ with nbgrader")
     build.add_argument("lessons", nargs="*", help="lesson ids (default: all)")
 
@@ -63,7 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     grd = sub.add_parser("grade", help="autograde every submission of every lesson (resumable)")
     grd.add_argument("lessons", nargs="*", help="lesson ids (default: all)")
     grd.add_argument("--student", action="append", dest="students", help="only these students (repeatable)")
-    grd.add_argument("--workers", type=int, help="submissions graded at once (default: one per core)")
+    grd.add_argument(
+        "--workers",
+        type=int,
+        help="submissions graded at once (default: one per core, at most one per 8 submissions)",
+    )
     grd.add_argument(
         "--timeout",
         type=int,
@@ -119,6 +129,22 @@ def _default_timeout() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     start = time.perf_counter()
+
+    if args.command == "check-sources":
+        from grader.sources import check_sources, fix_cell_ids
+
+        if args.fix_ids:
+            for line in fix_cell_ids():
+                print(line)
+        problems = check_sources()
+        for p in problems:
+            print(p)
+        print(
+            f"{len(problems)} problems in solutions/"
+            if problems
+            else f"solutions/: {len(course.lessons())} lessons follow the rules"
+        )
+        return 1 if problems else 0
 
     if args.command == "build":
         for path in course.build_notebooks(only=args.lessons or None):

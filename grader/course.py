@@ -142,10 +142,10 @@ def autograde(lesson: str, student: str, root: Path = ROOT) -> dict:
         raise RuntimeError(
             f"autograde of {student}/{lesson} failed:\n{result['log']}\n{result.get('error', '')}"
         )
-    return scores(lesson, student, root)
+    return gradebook_scores(lesson, student, root)
 
 
-def scores(lesson: str, student: str, root: Path = ROOT) -> dict:
+def gradebook_scores(lesson: str, student: str, root: Path = ROOT) -> dict:
     """A submission's total and per-test scores, read from the gradebook."""
     from nbgrader.api import Gradebook
 

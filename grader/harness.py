@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
+import inspect
 import io
 import math
 import re
@@ -39,6 +39,8 @@ from typing import Any
 import torch
 
 from attention_course.diagnosis import explain_shape_error, substituted, watch_shapes
+from attention_course.watch import all_tensors
+from grader.classroom.sandbox import _resolve  # the one resolver: the sandbox cannot import grader
 
 # ------------------------------------------------------------------ data types
 
@@ -92,14 +94,17 @@ class Outcome:
         return self.error is not None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Exercise:
-    """Everything the harness needs to grade one function."""
+    """Everything the harness needs to grade one function.
 
-    name: str
-    signature: str
+    ``name`` and ``signature`` (``"Q, K, V, mask=None"``) default to the reference's own.
+    """
+
     reference: Callable[..., Any]
     cases: Callable[[torch.device], list[Case]]
+    name: str = ""
+    signature: str = ""
     traps: Sequence[Trap] = ()
     output_names: Sequence[str] | None = None  # names of the parts of a tuple result
     compare: Callable[[Any, Any, str], str | None] | None = None  # custom comparison
@@ -116,6 +121,14 @@ class Exercise:
     # what a result is compared with (default: the reference's result on the same inputs), e.g. the
     # population a random estimate must come close to
     expected: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.reference.__name__
+        if not self.signature:
+            params = inspect.signature(self.reference).parameters.values()
+            self.signature = ", ".join(
+                p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}" for p in params
+            )
 
 
 # ------------------------------------------------------------------ tolerances
@@ -187,16 +200,16 @@ def fmt_number(x: float) -> str:
 def _clone(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.detach().clone()
-    if isinstance(x, torch.Generator):
-        g = torch.Generator(device=x.device)
-        g.set_state(x.get_state())
-        return g
     if isinstance(x, dict):
         return {k: _clone(v) for k, v in x.items()}
     if isinstance(x, list):
         return [_clone(v) for v in x]
     if isinstance(x, tuple):
         return tuple(_clone(v) for v in x)
+    if isinstance(x, torch.Generator):  # a copy in the same state
+        g = torch.Generator(device=x.device)
+        g.set_state(x.get_state())
+        return g
     return x
 
 
@@ -353,20 +366,6 @@ def diagnose(
 # ------------------------------------------------------------------ rules and substitutes
 
 
-def _resolve(qualified: str) -> tuple[Any, str]:
-    """The object holding a dotted name's last part, and that part: 'torch.Tensor.softmax' -> (Tensor, 'softmax')."""
-    parts = qualified.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:-1]:
-            owner = getattr(owner, part)
-        return owner, parts[-1]
-    raise ValueError(f"cannot resolve {qualified!r}")
-
-
 class _Watch:
     """Records calls of forbidden functions made while the student's code runs."""
 
@@ -405,29 +404,23 @@ def watching(student_fn: Any, forbidden: dict[str, str]) -> Iterator[_Watch]:
             watch.active = True
             yield watch
         return
-    restore: list[tuple[Any, str, Any, bool]] = []
-    try:
+    with contextlib.ExitStack() as undo:  # undoes every patch, last first
         for name in forbidden:
             owner, attr = _resolve(name)
             original = getattr(owner, attr)
             wrapper = watch.wrap(original, name)
-            restore.append((owner, attr, original, attr in vars(owner)))
+            if attr in vars(owner):
+                undo.callback(setattr, owner, attr, original)
+            else:  # inherited: removing the patch uncovers the original again
+                undo.callback(delattr, owner, attr)
             setattr(owner, attr, wrapper)
             space = getattr(student_fn, "__globals__", None)
             if isinstance(space, dict):
                 for key, value in list(space.items()):
                     if value is original:
-                        restore.append((space, key, original, True))
+                        undo.callback(space.__setitem__, key, original)
                         space[key] = wrapper
         yield watch
-    finally:
-        for owner, attr, original, own_attr in reversed(restore):
-            if isinstance(owner, dict):
-                owner[attr] = original
-            elif own_attr:
-                setattr(owner, attr, original)
-            else:
-                delattr(owner, attr)
 
 
 @contextlib.contextmanager
@@ -454,19 +447,9 @@ def outcomes(
 # ------------------------------------------------------- devices and dtypes
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, dict):
-        x = list(x.values())
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _tensors(v)]
-    return []
-
-
 def input_placement(case: Case) -> tuple[torch.device | None, torch.dtype | None]:
     """The device of a case's tensor inputs and the dtype of its floating ones (None if not shared)."""
-    tensors = _tensors(case.args) + _tensors(case.kwargs)
+    tensors = all_tensors(case.args) + all_tensors(case.kwargs)
     placed = {t.device for t in tensors}
     floating = {t.dtype for t in tensors if t.is_floating_point()}
     return (

@@ -5,7 +5,7 @@
     python scripts/gpu_check.py --device cpu   # the same checks on the CPU, to try the script anywhere
 
 It runs every test parametrised over ``tests.conftest.DEVICES`` for that device (the
-reference, a careful student's code, every known mistake, device and dtype slips,
+reference, the solution notebooks' code, every known mistake, device and dtype slips,
 float16 and bfloat16 cases), then times grading each exercise's reference on the CPU
 and on the device. ``--only EXPR`` narrows the tests (a pytest -k expression); extra
 arguments after ``--`` go to pytest.

@@ -27,29 +27,23 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.browser_support import module_chromium, why_no_browser
 from tests.nbtools import ROOT, filled, solution_sources
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = os.environ.get("ATTENTION_COURSE_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 FIXTURE = ROOT / "tests" / "fixtures" / "explorers_demo.ipynb"
 TIMEOUT_MS = 180_000
-EXPLORER_CALL = re.compile(
-    r"\s*(\w+\.)*(head_dimension_explorer|sharpness_explorer|stage_stepper|cell_explainer|row_follower)\("
-)
 
 
-def _why_no_browser() -> str | None:
-    if not Path(CHROMIUM).is_file():
-        return f"no Chromium at {CHROMIUM}: run .ci/install_browser.sh (Debian's chromium) to enable the browser tests"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return (
-            "the playwright package is not installed: run .ci/install_browser.sh to enable the browser tests"
-        )
-    return None
+def _explorer_names() -> list[str]:
+    from attention_course import explorers
+
+    return list(explorers.__all__)
+
+
+EXPLORER_CALL = re.compile(r"\s*(\w+\.)*(" + "|".join(_explorer_names()) + r")\(")
 
 
 def lessons_with_explorers() -> list[Path]:
@@ -90,7 +84,7 @@ def _prepare(path: Path, dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab server on a free local port, rooted at a private folder; stopped afterwards."""
-    why = _why_no_browser()
+    why = why_no_browser()
     if why:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("course")
@@ -159,21 +153,15 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(lab):
-    from playwright.sync_api import sync_playwright
+def browser(lab, request):
+    """Chromium, with the JupyterLab server running (the module's one Chromium, see tests/browser_support.py)."""
+    return module_chromium(request)
 
-    with sync_playwright() as p:
-        try:
-            b = p.chromium.launch(
-                executable_path=CHROMIUM,
-                args=["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-dev-shm-usage"],
-            )
-        except Exception as error:  # e.g. a Chromium that lacks its libraries here
-            pytest.skip(
-                f"Chromium at {CHROMIUM} would not start ({type(error).__name__}): no browser tests here"
-            )
-        yield b
-        b.close()
+
+@pytest.fixture(scope="module")
+def bare_browser(request):
+    """Chromium alone (no JupyterLab): for pages saved as files. The same Chromium as ``browser``."""
+    return module_chromium(request)
 
 
 # ------------------------------------------------------------------- helpers
@@ -182,6 +170,8 @@ def browser(lab):
 class Shots:
     def __init__(self, prefix: str):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for old in ARTIFACTS.glob(f"{prefix}-[0-9][0-9]-*.png"):  # no screenshot left from an earlier run
+            old.unlink()
         self.prefix, self.n = prefix, 0
 
     def __call__(self, target, what: str) -> None:
@@ -268,7 +258,24 @@ def check_head_dimension(ex, shot) -> None:
     toggle.press("Space")
     scaled = _wait_for(lambda: _text(readout), lambda t: "scaled by 1/sqrt(d_k)" in t)
     assert _entropy(scaled) > 1.0, scaled
+    assert "ON" in toggle.inner_text(), "the toggle says its state in words"
     shot(ex, "d_k-64-scaled")
+    handle.focus()
+    handle.press("End")
+    _wait_for(lambda: _text(readout), lambda t: _d_k(t) == 128)
+    shot(ex, "d_k-128")
+    row = ex.locator(".ac-row select")
+    for which in (0, -1):
+        before = _text(readout)
+        options = row.locator("option").all_inner_texts()
+        row.select_option(label=options[which])
+        if _text(readout) == before:
+            _wait_change(lambda: _text(readout), before)
+        shot(ex, f"row-{options[which]}")
+    before = _text(readout)
+    ex.locator("button.ac-resample").press("Enter")
+    _wait_change(lambda: _text(readout), before)
+    shot(ex, "resampled")
 
 
 def check_sharpness(ex, shot) -> None:
@@ -279,6 +286,10 @@ def check_sharpness(ex, shot) -> None:
     handle.focus()
     before = _text(readout)
     shot(ex, "sharpness-start")
+    handle.press("Home")
+    _wait_for(lambda: _text(readout), lambda t: re.search(r"sharpness 0\b", t))
+    shot(ex, "sharpness-0")
+    before = _text(readout)
     handle.press("End")
     after = _wait_change(lambda: _text(readout), before)
     assert "sharpness 30" in after, after
@@ -291,6 +302,18 @@ def check_sharpness(ex, shot) -> None:
     now = _wait_for(lambda: _text(readout), lambda t: "query [0, 1]" in t)
     assert "'green'" in now, now
     shot(ex, "preset-green")
+    last = ex.locator("button.ac-preset").last
+    last.focus()
+    last.press("Enter")
+    now = _wait_change(lambda: _text(readout), now)
+    shot(ex, "preset-last")
+    for name in ("query_x", "query_y"):
+        slider = ex.locator(f".ac-{name} [role=slider]").first
+        for key in ("Home", "End"):
+            slider.focus()
+            slider.press(key)
+            now = _wait_change(lambda: _text(readout), now)
+            shot(ex, f"{name}-{'first' if key == 'Home' else 'last'}")
 
 
 def check_stage_stepper(ex, shot) -> None:
@@ -315,6 +338,10 @@ def check_stage_stepper(ex, shot) -> None:
     assert moved.startswith("O["), moved
     assert last
     shot(ex, "query-first")
+    buttons.last.focus()
+    buttons.last.press("Enter")
+    _wait_change(lambda: _text(readout), moved)
+    shot(ex, "query-last")
 
 
 def check_cell_explainer(ex, shot) -> None:
@@ -341,8 +368,60 @@ def check_cell_explainer(ex, shot) -> None:
     follow = ex.locator(".ac-follow button").first
     follow.focus()
     follow.press("Enter")
-    assert "Following" in _wait_change(lambda: _text(story), before)
+    first = _wait_change(lambda: _text(story), before)
+    assert "Following" in first
     shot(ex, "follow-first")
+    last = ex.locator(".ac-follow button").last
+    last.focus()
+    last.press("Enter")
+    _wait_change(lambda: _text(story), first)
+    shot(ex, "follow-last")
+
+
+READABILITY = """ex => {
+    const area = ex.closest('.jp-OutputArea-output') || ex;
+    const edge = area.getBoundingClientRect();
+    const small = [], clipped = [];
+    for (const el of ex.querySelectorAll('*')) {
+        const style = getComputedStyle(el);
+        const box = el.getBoundingClientRect();
+        if (style.display === 'none' || style.visibility === 'hidden' || box.width === 0 || box.height === 0) continue;
+        const text = [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
+        const label = (el.className && el.className.baseVal === undefined ? el.className : el.tagName) + ': ' + text.slice(0, 40);
+        if (text && parseFloat(style.fontSize) < 11) small.push(style.fontSize + ' ' + label);
+        if (box.right > edge.right + 1 || box.left < edge.left - 1) clipped.push('past the output area: ' + label);
+        if (text && (style.overflow === 'hidden' || style.textOverflow === 'ellipsis') && el.scrollWidth > el.clientWidth + 1)
+            clipped.push('cut inside its box: ' + label);
+    }
+    const figures = [...ex.querySelectorAll('img.ac-figure')].map(i => i.getBoundingClientRect().width / i.naturalWidth);
+    return {small, clipped, figures, overflow: ex.scrollWidth > ex.clientWidth + 1};
+}"""
+
+
+def figure_text_px() -> dict[str, float]:
+    """The smallest figure text of each kind of explorer, in pixels at the picture's natural size."""
+    from attention_course import explorers
+    from attention_course.explorers import drawing
+
+    out = {}
+    for make in (explorers.head_dimension_explorer, explorers.sharpness_explorer, explorers.stage_stepper):
+        ex = make()
+        out[f"ac-{ex.kind}"] = drawing.min_text_px(ex.figure.ff.fig)
+    return out
+
+
+def check_readable(ex, kind: str, figure_px: dict[str, float]) -> None:
+    """Every text at least 11 px, nothing cut or past the output area, each figure at its natural size."""
+    found = ex.evaluate(READABILITY)
+    assert not found["small"], f"{kind}: text under 11 px: {found['small'][:8]}"
+    assert not found["clipped"] and not found["overflow"], f"{kind}: cut off: {found['clipped'][:8]}"
+    for scale in found["figures"]:
+        assert 0.99 <= scale <= 1.01, (
+            f"{kind}: the figure is shown at {scale:.0%} of its size (blurred or shrunk)"
+        )
+        assert kind in figure_px, f"{kind}: a figure whose text size figure_text_px does not know"
+        shown = figure_px[kind] * scale
+        assert shown >= 11, f"{kind}: figure text shown at {shown:.1f} px (picture scaled by {scale:.2f})"
 
 
 CHECKS = {
@@ -351,6 +430,13 @@ CHECKS = {
     "ac-stage-stepper": check_stage_stepper,
     "ac-cell-explainer": check_cell_explainer,
 }
+
+
+def all_checks() -> dict:
+    """These checks, and those of the mask explorer and the pipeline view (kept next to their own tests)."""
+    from tests.test_browser_stages import STAGE_CHECKS  # imported late: that module imports this one
+
+    return {**CHECKS, **STAGE_CHECKS}
 
 
 # ---------------------------------------------------------------------- test
@@ -362,7 +448,7 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
     rel = target.relative_to(lab["root"]).as_posix()
     prefix = target.stem
     shot = Shots(prefix)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})  # a projector's width, at 100% zoom
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -392,19 +478,32 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
         stderr = panel.locator("[data-mime-type='application/vnd.jupyter.stderr']")
         assert stderr.count() == 0, "a cell wrote to stderr:\n" + "\n".join(stderr.all_inner_texts())
         explorers = panel.locator(".ac-explorer")
+        hidden = panel.evaluate(
+            """p => [...p.querySelectorAll('.jp-OutputArea-child')].filter(c =>
+                c.offsetParent !== null && (c.querySelector('.ac-static') ||
+                (c.querySelector('.jp-RenderedImage img') && c.nextElementSibling &&
+                 c.nextElementSibling.querySelector('.ac-static-readout')))).length"""
+        )
+        assert hidden == 0, "the saved picture shows next to the live explorer: the student sees it twice"
+        figure_px = figure_text_px()
+        checks = all_checks()
         kinds = []
         for n in range(explorers.count()):
             ex = explorers.nth(n)
             ex.scroll_into_view_if_needed()
-            assert ex.locator("img.ac-figure, .ac-cell").count() > 0, "the explorer did not render"
-            cls = ex.get_attribute("class") or ""
-            kind = next(k for k in CHECKS if k in cls.split())
+            cls = (ex.get_attribute("class") or "").split()
+            kind = next((c for c in cls if c.startswith("ac-") and c != "ac-explorer"), "ac-explorer")
             kinds.append(kind)
             shot(ex, kind.removeprefix("ac-"))
-            CHECKS[kind](ex, lambda t, what, k=kind, n=n: shot(t, f"{k.removeprefix('ac-')}{n}-{what}"))
+            check_readable(ex, kind, figure_px)
+            if kind in checks:
+                rendered = ex.locator("img.ac-figure, .ac-cell, .ac-mask-picture")
+                assert rendered.count() > 0, "the explorer did not render"
+                checks[kind](ex, lambda t, what, k=kind, n=n: shot(t, f"{k.removeprefix('ac-')}{n}-{what}"))
+                check_readable(ex, kind, figure_px)
         assert kinds, "no explorer on the page"
         if notebook == FIXTURE:
-            assert sorted(kinds) == sorted(CHECKS), kinds
+            assert set(CHECKS) <= set(kinds), kinds
         assert not errors, f"JavaScript errors: {errors}"
     except Exception:
         page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
@@ -412,3 +511,91 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
     finally:
         page.close()
         _shut_down_kernels(lab)
+
+
+# ------------------------------------------------- the saved page, without a kernel or a network
+
+
+LESSONS = [pytest.param(p, id=p.parent.name) for p in lessons_with_explorers()]
+
+
+def _explorer_calls(path: Path) -> int:
+    return sum(
+        bool(EXPLORER_CALL.match(c.source.strip().splitlines()[-1]))
+        for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code" and c.source.strip()
+    )
+
+
+@pytest.mark.parametrize("notebook", LESSONS)
+def test_the_executed_html_shows_every_explorers_picture_and_readout_offline(
+    bare_browser, notebook, tmp_path
+):
+    """``jupyter nbconvert --to html --execute`` with its default options (widget state stored), read offline."""
+    target = _prepare(notebook, tmp_path)
+    env = dict(
+        os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
+    env.pop("NBGRADER_EXECUTION", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", target.name],
+        cwd=target.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = bare_browser.new_page(viewport={"width": 1280, "height": 900})
+    asked: list[str] = []
+
+    def offline(route):  # nothing from the network: a classroom without internet, or a sanitising viewer
+        if route.request.url.startswith("file:") or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            asked.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", offline)
+    try:
+        page.goto(target.with_suffix(".html").as_uri())
+        page.wait_for_load_state("load")
+        expected = _explorer_calls(target)
+        found = page.evaluate(
+            """() => [...document.querySelectorAll('.ac-static-label')].map(label => {
+                const area = label.closest('.jp-OutputArea');
+                const uid = [...label.classList].find(c => c.startsWith('ac-static-') && c.length > 16);
+                const readout = area.querySelector('.ac-static-readout.' + uid);
+                const imgs = [...area.querySelectorAll('img')].filter(i => !readout.contains(i));
+                const box = e => e.getBoundingClientRect();
+                return {
+                    label: label.innerText,
+                    labelShown: box(label).height > 0,
+                    readout: readout ? readout.innerText : '',
+                    readoutShown: readout ? box(readout).height > 0 : false,
+                    pictures: imgs.map(i => [i.naturalWidth, i.naturalHeight, box(i).width, box(i).height]),
+                    tables: readout ? readout.querySelectorAll('table').length : 0,
+                };
+            })"""
+        )
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        areas = page.locator(".jp-OutputArea:has(.ac-static-label)")
+        for n in range(areas.count()):
+            areas.nth(n).screenshot(path=str(ARTIFACTS / f"{target.stem}-saved-html-{n}.png"))
+        assert len(found) == expected, f"{len(found)} saved explorer pictures for {expected} explorers"
+        for ex in found:
+            assert (
+                "Picture of the starting setting, saved with the notebook" in ex["label"] and ex["labelShown"]
+            )
+            assert ex["readoutShown"] and len(ex["readout"]) > 40, ex
+            if ex["tables"]:  # the cell explainer: every matrix as a table
+                continue
+            assert ex["pictures"], f"no picture next to {ex['label']!r}"
+            nw, nh, w, h = ex["pictures"][0]
+            assert nw > 500 and nh > 250, "the picture did not load"
+            assert w >= 0.98 * nw and h > 250, f"the picture is shown at {w:.0f} of its {nw} px"
+        assert any("widget" in url or "require" in url for url in asked), (
+            "the page should have asked for the widget JavaScript (and been refused): " + repr(asked)
+        )
+    finally:
+        page.close()

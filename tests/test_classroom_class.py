@@ -1,7 +1,8 @@
 """A simulated class graded end to end through the tool and real nbgrader, then fed back and reported.
 
 Every submission of tests/class_sim is graded by ``grader.classroom.grading``
-(two runs: the endless loops with a short cell timeout, then the rest) and
+(the session's ``graded_class`` fixture, tests/conftest.py: two runs, the endless
+loops with a short cell timeout, then the rest) and
 compared with what the spec says it must get: the score of every test cell,
 the status, the diagnosis each hidden check names, and the tampering flags.
 Then: feedback for every submission, none showing hidden test code; the grades
@@ -20,28 +21,10 @@ import pytest
 
 from grader import course
 from grader.classroom import feedback, grading, lessons, release, report
-from grader.classroom.autograde import Options
 from tests.class_sim import spec
 
 pytestmark = pytest.mark.slow
 TIMINGS: dict[str, float] = {}
-
-
-@pytest.fixture(scope="module")
-def graded_class(built_course, progress_lines):
-    """Grade the whole simulated class once; yield (cases, records by (student, lesson), summaries)."""
-    bar = progress_lines("grading the simulated class")
-    cases = spec.cases(course.work_dir())
-    spec.materialize(cases, built_course)
-    students = sorted({c.student for c in cases})
-    short = sorted({c.student for c in cases if c.short_timeout})
-    start = time.perf_counter()
-    quick = grading.grade(only_students=short, options=Options(timeout=5), workers=2, progress=bar)
-    others = sorted(set(students) - set(short))
-    rest = grading.grade(only_students=others, options=Options(timeout=60), workers=2, progress=bar)
-    TIMINGS["grade"] = time.perf_counter() - start
-    records = {(r["student"], r["lesson"]): r for r in grading.load_records() if r["student"] in students}
-    yield cases, records, (quick, rest)
 
 
 def test_the_class_is_big_enough(graded_class):
@@ -95,7 +78,7 @@ def test_submission_gets_the_expected_grade(graded_class, key):
     for note in case.notes:
         assert any(note in n for n in rec["notes"]), f"{who}: no note mentions {note!r}: {rec['notes']}"
     # the gradebook (nbgrader's) holds the same scores
-    gb = course.scores(case.lesson, case.student)
+    gb = course.gradebook_scores(case.lesson, case.student)
     assert gb["score"] == rec["score"], who
     for gid, (score, _) in gb["grades"].items():
         assert score == cells[gid]["score"], f"{who}: gradebook has {score} for {gid}"
@@ -238,7 +221,7 @@ def test_student_bundle_is_clean(built_course, tmp_path):
 
 
 def test_export_writes_grades_and_a_class_report(graded_class, tmp_path):
-    cases, records, _ = graded_class
+    cases, records, (quick, rest) = graded_class
     paths = report.export(tmp_path / "report")
     rep = paths.pop("report_data")
     grades = (tmp_path / "report" / "grades.csv").read_text().splitlines()
@@ -263,6 +246,7 @@ def test_export_writes_grades_and_a_class_report(graded_class, tmp_path):
         assert img.size == (1600, 900)
     subs = json.dumps(rep.problems)
     assert "kernel died" in subs and "timed out" in subs and "invalid notebook" in subs
+    TIMINGS["grade"] = quick.seconds + rest.seconds
     print("timings (s):", {k: round(v, 1) for k, v in TIMINGS.items()})
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader import course
-from grader.classroom import collect, feedback, grading, lessons, report, static
+from grader.classroom import collect, feedback, grading, lessons, report, tamper_scan
 from grader.classroom.progress import Progress
 from grader.classroom.sandbox import plain
 from grader.classroom.trusted import decode, plan, rebuild_error
@@ -32,7 +32,7 @@ from grader.classroom.trusted import decode, plan, rebuild_error
         ("import builtins\nbuiltins.AssertionError = Warning", "patches builtins.AssertionError"),
         ("isinstance = lambda *a: True", "rebinds the built-in isinstance"),
         ("import sys\nsys.modules['grader'] = object()", "replaces a module in sys.modules"),
-        ("import grader.reference", "mentions the grading package (grader)"),
+        ("import grader.lessons.l01_projection", "mentions the grading package (grader)"),
         ("open('../../gradebook.db', 'w')", "mentions the gradebook"),
         ("get_ipython().set_custom_exc((Exception,), print)", "changes how errors are reported"),
         ("import sys\nf = sys._getframe(1)", "inspects the caller's frames or memory"),
@@ -43,7 +43,7 @@ from grader.classroom.trusted import decode, plan, rebuild_error
     ],
 )
 def test_static_scan_names_each_sign(code, sign):
-    assert sign in static.scan([code])
+    assert sign in tamper_scan.scan([code])
 
 
 def test_static_scan_leaves_honest_code_alone():
@@ -52,7 +52,7 @@ def test_static_scan_leaves_honest_code_alone():
         "import numpy as np\nA = np.zeros(3)\nA[0] = 1\nresult = {}\nresult['x'] = 2",
         "def broken(:\n    pass",  # a syntax error is not tampering
     ]
-    assert static.scan(honest) == []
+    assert tamper_scan.scan(honest) == []
 
 
 # ------------------------------------------------------------------ the guard, in a process of its own
@@ -87,7 +87,7 @@ def test_guard_refuses_the_gradebook_the_work_folder_programs_and_grader(tmp_pat
         "write outside scratch": lambda: open(os.path.join(protected, "..", "x.txt"), "w"),
         "subprocess": lambda: subprocess.run(["true"]),
         "system": lambda: os.system("true"),
-        "import grader": lambda: __import__("grader.reference"),
+        "import grader": lambda: __import__("grader.lessons.l01_projection"),
         "signal a process": lambda: os.kill(1, 0),
     }
     for name, fn in checks.items():

@@ -1,7 +1,7 @@
 """Grading on every device: CPU everywhere, CUDA where present (``tests.conftest.DEVICES``).
 
 The hidden tests place their inputs on CUDA when there is one; here every exercise is
-graded on each device separately: the reference passes, a careful student's code
+graded on each device separately: the reference passes, the solution notebooks' code
 passes, every known mistake is still named, and a result that leaves the inputs'
 device or dtype is caught. float16 and bfloat16 cases (``low_precision_cases``) are
 graded within their own tolerances. ``scripts/gpu_check.py`` runs the CUDA half of
@@ -19,6 +19,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from grader.course import lessons
 from grader.harness import (
     LOW_PRECISION,
     TOLERANCES,
@@ -27,103 +28,25 @@ from grader.harness import (
     input_placement,
     low_precision_cases,
 )
-from grader.registry import exercises
+from grader.registry import core, exercises
 from tests.conftest import DEVICES, ROOT
+from tests.solutions import solution_functions
 
 EXERCISES = exercises()
-# lessons 01-07; lessons 08+ (grader/beyond) are graded on every device but have no careful student here
-STUDENT_NAMES = (
-    "project scores scaled_scores score_spread causal_mask padding_mask apply_mask "
-    "softmax soft_lookup mix attention self_attention cross_attention"
-).split()
+# the model solutions of every lesson (solutions/), loaded from the notebooks: the course's one
+# correct version of each exercise besides the reference
+STUDENT = {name: fn for lesson in lessons() for name, fn in solution_functions(lesson).items()}
 TENSOR_RESULTS = sorted(name for name, ex in EXERCISES.items() if ex.compare is None)
 FLOATING_INPUTS = sorted(
     name for name in TENSOR_RESULTS if low_precision_cases(EXERCISES[name].cases(torch.device("cpu")))
 )
-LOW_PRECISION_CHECKED = sorted(set(FLOATING_INPUTS) & set(STUDENT_NAMES))
-NEG_INF = float("-inf")
+LOW_PRECISION_CHECKED = sorted(set(FLOATING_INPUTS) & set(core()))
 
 # A function that rounds after each of several steps (project, score, softmax, mix) can drift
 # further from the float32 reference than TOLERANCES allow: such an exercise states its own
-# tolerance (Exercise.tolerances). cross_attention's cases need about 6 % in bfloat16 (a careful
-# student measured on CPU) while its traps stay 20 % off; self_attention fits the defaults.
+# tolerance (Exercise.tolerances). cross_attention's cases need about 6 % in bfloat16 (measured
+# on CPU) while its traps stay 20 % off; self_attention fits the defaults.
 OWN_TOLERANCES = {"cross_attention": {torch.bfloat16: (8e-2, 8e-2), torch.float16: (1e-2, 1e-2)}}
-
-
-# ----------------------------------------------------------------- a careful student
-
-
-def _project(X, W_q, W_k, W_v):
-    return torch.einsum("...td,de->...te", X, W_q), X.matmul(W_k), X @ W_v
-
-
-def _scaled_scores(Q, K):
-    d_k = torch.tensor(Q.shape[-1], dtype=Q.dtype, device=Q.device)
-    return Q @ K.mT / torch.sqrt(d_k)
-
-
-def _causal_mask(T, device=None):
-    return torch.arange(T, device=device)[:, None] >= torch.arange(T, device=device)[None, :]
-
-
-def _apply_mask(S, allowed):
-    return torch.where(allowed, S, torch.tensor(NEG_INF, dtype=S.dtype, device=S.device))
-
-
-def _softmax(Z, dim=-1):
-    top = Z.amax(dim, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # a row of -inf stays finite
-    e = torch.exp(Z - top)
-    total = e.sum(dim, keepdim=True)
-    return e / torch.where(total > 0, total, torch.ones_like(total))
-
-
-def _attention(Q, K, V, mask=None):
-    S = _scaled_scores(Q, K)
-    A = _softmax(S if mask is None else _apply_mask(S, mask))
-    return torch.einsum("...qk,...kd->...qd", A, V), A
-
-
-def _score_spread(d_k, n, generator):
-    q = torch.randn(n, d_k, generator=generator)
-    k = torch.randn(n, d_k, generator=generator)
-    dots = (q * k).sum(-1)
-    return dots.std().item(), (dots / math.sqrt(d_k)).std().item()
-
-
-def _soft_lookup(query, keys, values, sharpness):
-    raw = {
-        n: sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(len(query))
-        for n, key in keys.items()
-    }
-    top = max(raw.values())
-    exps = {n: math.exp(s - top) for n, s in raw.items()}
-    weights = {n: e / sum(exps.values()) for n, e in exps.items()}
-    width = len(next(iter(values.values())))
-    return weights, [sum(weights[n] * values[n][i] for n in keys) for i in range(width)]
-
-
-STUDENT = {
-    "project": _project,
-    "scores": lambda Q, K: torch.einsum("...qd,...kd->...qk", Q, K),
-    "scaled_scores": _scaled_scores,
-    "score_spread": _score_spread,
-    "causal_mask": _causal_mask,
-    "padding_mask": lambda lengths, T: (torch.arange(T, device=lengths.device) < lengths[:, None]).unsqueeze(
-        1
-    ),
-    "apply_mask": _apply_mask,
-    "softmax": _softmax,
-    "soft_lookup": _soft_lookup,
-    "mix": lambda A, V: torch.einsum("...qk,...kd->...qd", A, V),
-    "attention": _attention,
-    "self_attention": lambda X, W_q, W_k, W_v, causal=True: _attention(
-        *_project(X, W_q, W_k, W_v), _causal_mask(X.shape[-2], X.device) if causal else None
-    )[0],
-    "cross_attention": lambda X_dec, X_enc, W_q, W_k, W_v: _attention(X_dec @ W_q, X_enc @ W_k, X_enc @ W_v)[
-        0
-    ],
-}
 
 
 def _to(result, **how):
@@ -146,16 +69,14 @@ DTYPE_IDS = [str(d).replace("torch.", "") for d in LOW_PRECISION]
 # ----------------------------------------------------------------- every exercise on every device
 
 
-def test_the_careful_student_covers_every_lesson_01_to_07_exercise():
-    from grader.exercises import EXERCISES as CORE
-
-    assert set(STUDENT) == set(CORE) == set(STUDENT_NAMES)
+def test_the_solutions_cover_every_exercise():
+    assert set(STUDENT) == set(EXERCISES)
     assert set(FLOATING_INPUTS) >= {"scores", "softmax", "attention"}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(EXERCISES))
-def test_reference_and_careful_student_pass_on(device, name):
+def test_reference_and_solution_pass_on(device, name):
     ex = EXERCISES[name]
     check_exercise(ex, ex.reference, on=[device])
     if name in STUDENT:
@@ -204,7 +125,7 @@ def test_a_result_in_another_dtype_is_caught(device, name):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW_PRECISION, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", LOW_PRECISION_CHECKED)
-def test_low_precision_cases_pass_the_reference_and_a_careful_student(device, dtype, name):
+def test_low_precision_cases_pass_the_reference_and_the_solution(device, dtype, name):
     ex = _low(name, dtype)
     cases = ex.cases(torch.device(device))
     assert cases and all(input_placement(c)[1] == dtype for c in cases)

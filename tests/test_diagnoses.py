@@ -24,11 +24,12 @@ import pytest
 import torch
 
 import grader
-from grader import reference as ref
 from grader.harness import outcomes, reproduces
-from grader.registry import exercises
+from grader.registry import core, exercises, references
 
 EXERCISES = exercises()
+CORE = core()  # lessons 01-07
+ref = references()
 HERE = {"cpu", "cuda"} if torch.cuda.is_available() else {"cpu"}
 TRAPS = [(name, trap) for name, ex in EXERCISES.items() for trap in ex.traps if trap.needs in (None, *HERE)]
 NEG_INF = float("-inf")
@@ -72,8 +73,6 @@ def test_no_other_mistake_reproduces_it_on_every_case(name, trap):
 
 
 def test_every_mistake_of_lessons_01_to_07_carries_an_example():
-    from grader.exercises import EXERCISES as CORE
-
     missing = [(n, t.name) for n, ex in CORE.items() for t in ex.traps if not t.example.strip()]
     assert not missing
 
@@ -386,8 +385,6 @@ CORRECT = {
 
 
 def test_every_exercise_of_lessons_01_to_07_has_several_correct_variants():
-    from grader.exercises import EXERCISES as CORE
-
     assert set(CORRECT) == set(CORE)
     assert all(len(fns) >= 2 for fns in CORRECT.values())
 
@@ -514,7 +511,7 @@ def test_score_spread_with_two_samples_breaks_the_exact_relation():
 
 
 def test_score_spread_tolerance_follows_the_sample_size():
-    from grader.exercises import spread_standard_error
+    from grader.lessons.l03_scaling import spread_standard_error
 
     # d_k = 1: a product of two normals has kurtosis 9, so sd(s) / sigma = sqrt(8 / 4n)
     assert spread_standard_error(1, 20000) == pytest.approx(math.sqrt(2 / 20000))
@@ -595,7 +592,6 @@ def test_the_doc_lists_every_exercise_and_mistake():
 
 def _visible_traps():
     from attention_course.diagnosis import _stored
-    from grader.exercises import EXERCISES as CORE
 
     stored = _stored()
     return [
@@ -615,7 +611,6 @@ def test_the_visible_diagnosis_names_the_mistake_or_nothing(name, trap):
 
 def test_every_mistake_stored_for_the_visible_checks_is_named_there():
     from attention_course.diagnosis import _stored, diagnose
-    from grader.exercises import EXERCISES as CORE
 
     for name, entry in _stored().items():
         named = {diagnose(name, t.fn) for t in CORE[name].traps} - {None}

@@ -7,32 +7,38 @@ import torch
 
 import grader
 from grader import course
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests import wrong_versions
+from tests.nbtools import cell_error, solution_sources
+from tests.solutions import read_solution
 
 pytestmark = pytest.mark.slow
 LESSON = "02_scoring"
 SOLUTION = "return Q @ K.transpose(-2, -1)"
 
 
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = """
+by_hand = score_love_cats
+S = S
+S_fn = scores(Q, K)
+S_heat_map = S_cats
+demo = [d_k, list(Q_demo.shape), list(K_demo.shape), list((Q_demo @ K_demo.T).shape)]
+milk_tokens = milk.tokens
+milk_dtype = str(S_tied.dtype)
+gap_tied = float(gap_tied)
+gap_separate = float(gap_separate)
+tied = [float(S_tied[i_milk, i_poured]), float(S_tied[i_poured, i_milk])]
+separate = [float(S_separate[i_milk, i_poured]), float(S_separate[i_poured, i_milk])]
+gap_float32 = (S_t - S_t.T).abs().max().item()
+milk_heat_map = list(S_milk.shape)
+tied_weights = [float(A_tied[i_milk, i_poured]), float(A_tied[i_poured, i_milk])]
+tied_weights_gap = float(np.abs(A_tied - A_tied.T).max())
+tied_weights_rows = A_tied.sum(axis=1)
+"""
+
+
 def test_scoring_numbers_from_the_brief():
-    values = run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "by_hand": "score_love_cats",
-            "S": "S",
-            "S_fn": "scores(Q, K)",
-            "S_heat_map": "S_cats",
-            "demo": "[d_k, list(Q_demo.shape), list(K_demo.shape), list((Q_demo @ K_demo.T).shape)]",
-            "milk_tokens": "milk.tokens",
-            "milk_dtype": "str(S_tied.dtype)",
-            "gap_tied": "float(gap_tied)",
-            "gap_separate": "float(gap_separate)",
-            "tied": "[float(S_tied[i_milk, i_poured]), float(S_tied[i_poured, i_milk])]",
-            "separate": "[float(S_separate[i_milk, i_poured]), float(S_separate[i_poured, i_milk])]",
-            "gap_float32": "(S_t - S_t.T).abs().max().item()",
-            "milk_heat_map": "list(S_milk.shape)",
-        },
-    )
+    values = read_solution(LESSON, NOTEBOOK_VALUES)
     S = [[2, 4, 4], [4, 16, 12], [4, 12, 10]]
     assert values["by_hand"] == 12  # "love" asking, "cats" answering, by hand
     assert values["S"] == S
@@ -53,6 +59,11 @@ def test_scoring_numbers_from_the_brief():
     # float32 rounding only: tiny but shown honestly
     assert 0 <= values["gap_float32"] < 1e-5
     assert values["milk_heat_map"] == [6, 6]
+    # tied scores are symmetric, the weights are not: each row is normalised on its own
+    assert values["tied_weights_rows"] == pytest.approx([1.0] * 6)
+    milk_to_poured, poured_to_milk = values["tied_weights"]
+    assert poured_to_milk > 100 * milk_to_poured > 0
+    assert values["tied_weights_gap"] > 0.5
 
 
 @pytest.mark.parametrize(
@@ -89,8 +100,9 @@ def test_trap_loses_hidden_points_and_is_named(trap, built_course):
     wrong = right.replace(SOLUTION, line)
     assert wrong != right
     student = f"trap_{trap}"
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", {"ex02_scores": wrong}), LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
+    grades = wrong_versions.grade(
+        LESSON, student, {"ex02_scores": wrong}, built_course, with_solutions=False
+    )["grades"]
     assert grades["test02_scores_shapes"] == (shapes, 1)
     assert grades["test02_scores_values"] == (values, 2)
     assert grades["test02_scores_hidden"] == (0, 4)
@@ -102,7 +114,5 @@ def test_einsum_gets_full_marks(built_course):
     right = solution_sources(LESSON)["ex02_scores"]
     other = right.replace(SOLUTION, 'return torch.einsum("...id,...jd->...ij", Q, K)')
     assert other != right
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", {"ex02_scores": other}), LESSON, "einsum")
-    result = course.autograde(LESSON, "einsum")
+    result = wrong_versions.assert_full_marks(LESSON, "einsum", {"ex02_scores": other}, built_course)
     assert result["max_score"] == 7
-    assert result["score"] == result["max_score"], result["grades"]

@@ -9,7 +9,10 @@ import torch
 
 import grader
 from grader import course
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests import wrong_versions
+from tests.nbtools import ROOT, cell_error, solution_sources
+from tests.solutions import read_solution
+from tests.tensors import rounded
 
 pytestmark = pytest.mark.slow
 LESSON = "03_scaling"
@@ -17,34 +20,31 @@ SCALED = "return Q @ K.transpose(-2, -1) / math.sqrt(d_k)"
 SPREAD = "return dots.std().item(), (dots / math.sqrt(d_k)).std().item()"
 
 
-def _rounded(rows, places=2):
-    return [[round(x, places) for x in row] for row in rows]
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = """
+d_k = d_k
+S = S
+by_hand = S[1, 1].item() / math.sqrt(3)
+S_scaled = S_scaled
+S_fn = scaled_scores(Q, K)
+love_raw = weights_raw
+love_scaled = weights_scaled
+spreads = {str(d): list(v) for d, v in spreads.items()}
+saturation = {str(d): v for d, v in saturation.items()}
+entropy_raw = entropy_raw
+entropy_scaled = entropy_scaled
+head_sizes = head_sizes
+"""
 
 
 def test_scaling_numbers_from_the_brief():
-    values = run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "d_k": "d_k",
-            "S": "S",
-            "by_hand": "S[1, 1].item() / math.sqrt(3)",
-            "S_scaled": "S_scaled",
-            "S_fn": "scaled_scores(Q, K)",
-            "love_raw": "weights_raw",
-            "love_scaled": "weights_scaled",
-            "spreads": "{str(d): list(v) for d, v in spreads.items()}",
-            "saturation": "{str(d): v for d, v in saturation.items()}",
-            "entropy_raw": "entropy_raw",
-            "entropy_scaled": "entropy_scaled",
-            "head_sizes": "head_sizes",
-        },
-    )
+    values = read_solution(LESSON, NOTEBOOK_VALUES)
     assert values["d_k"] == 3
     assert values["S"] == [[2, 4, 4], [4, 16, 12], [4, 12, 10]]
     assert round(values["by_hand"], 2) == 9.24
     scaled = [[1.15, 2.31, 2.31], [2.31, 9.24, 6.93], [2.31, 6.93, 5.77]]
-    assert _rounded(values["S_scaled"]) == scaled
-    assert _rounded(values["S_fn"]) == scaled
+    assert rounded(values["S_scaled"]) == scaled
+    assert rounded(values["S_fn"]) == scaled
     # the "love" row: about [0.00, 0.98, 0.02] without scaling, [0.00, 0.91, 0.09] with it
     assert [round(w, 2) for w in values["love_raw"]] == [0.00, 0.98, 0.02]
     assert [round(w, 2) for w in values["love_scaled"]] == [0.00, 0.91, 0.09]
@@ -55,12 +55,20 @@ def test_scaling_numbers_from_the_brief():
         assert raw == pytest.approx(math.sqrt(int(d)), rel=0.05), (d, raw)
         assert scaled_std == pytest.approx(1.0, rel=0.05), (d, scaled_std)
     assert spreads["64"][0] / spreads["1"][0] == pytest.approx(8.0, rel=0.05)
-    assert spreads["1"][0] == spreads["1"][1]  # at d_k = 1 scaling changes nothing
+    for d, (raw, scaled_std) in spreads.items():  # scaling divides the spread by sqrt(d_k), no more, no less
+        assert raw / scaled_std == pytest.approx(math.sqrt(int(d)), rel=1e-6), (d, raw, scaled_std)
 
     # unscaled rows saturate as d_k grows (entropy towards 0, top weight towards 1, gradient shrinks);
     # scaled rows stay as at d_k = 1
-    (top1, h1, g1), scaled1 = values["saturation"]["1"]
-    assert scaled1 == [top1, h1, g1]  # d_k = 1: identical with and without scaling
+    saturation = values["saturation"]
+    # what scaling changes grows with d_k: nothing at d_k = 1, more and more after that
+    gaps = [saturation[d][1][1] - saturation[d][0][1] for d in ("1", "4", "16", "64", "128")]
+    assert abs(gaps[0]) < 1e-9 and gaps == sorted(gaps) and gaps[1] > 0.1, gaps
+    # scaled, every d_k looks like d_k = 1 (top weight and entropy within sampling noise)
+    top1, h1, _ = saturation["1"][1]
+    for d in ("4", "16", "64", "128"):
+        top_s, h_s, _ = saturation[d][1]
+        assert abs(top_s - top1) < 0.1 and abs(h_s - h1) < 0.25, (d, saturation[d][1], saturation["1"][1])
     (top64, h64, g64), (top64s, h64s, g64s) = values["saturation"]["64"]
     assert top64 > 0.8 and top64s < 0.3
     assert h64 < 0.5 < 2.0 < h64s
@@ -158,8 +166,7 @@ def test_traps_lose_hidden_points_and_are_named(name, built_course):
     assert answers["ex03_scaled_scores"] != sources["ex03_scaled_scores"]
     assert SPREAD in sources["ex03_score_spread"]
     student = f"trap_{name}"
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
+    grades = wrong_versions.grade(LESSON, student, answers, built_course, with_solutions=False)["grades"]
     graded = course.autograded_path(LESSON, student)
 
     assert grades["test03_scaled_scores_shapes"] == (shapes, 1)
@@ -188,7 +195,15 @@ def test_different_correct_implementations_get_full_marks(built_course):
         ),
     }
     assert all(answers[k] != sources[k] for k in answers)
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, "different")
-    result = course.autograde(LESSON, "different")
+    result = wrong_versions.assert_full_marks(LESSON, "different", answers, built_course)
     assert result["max_score"] == 12
-    assert result["score"] == result["max_score"], result["grades"]
+
+
+def test_score_spread_is_defined_above_every_check():
+    """The explorer needs score_spread: its definition sits above every check cell that could stop Run All."""
+    import nbformat
+
+    cells = nbformat.read(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4).cells
+    ids = [c.get("id") for c in cells]
+    checks = [i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("grade")]
+    assert ids.index("ex03_score_spread") < min(checks) < ids.index("explore03-1")

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from grader import course
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests import wrong_versions
+from tests.nbtools import ROOT, run_and_read
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,9 @@ def test_masking_numbers_from_the_brief():
             "padding": "padding_mask(torch.tensor([5, 3]), 5)",
             "A_explore": "A_explore",
             "A_explore_short": "A_explore_batch[1]",
+            "order_gap_free": "order_gap_free",
+            "order_gap_causal": "order_gap_causal",
+            "shuffled_outputs_differ": "(head_output(sat.X[perm]) - head_output(sat.X)).abs().max().item()",
         },
     )
     assert v["tokens"] == ["The", "cat", "sat", "on", "the"]
@@ -84,6 +87,11 @@ def test_masking_numbers_from_the_brief():
     for mine, worked in ((v["A_explore"], v["A"]), (v["A_explore_short"], v["A_short"])):
         for row_mine, row_worked in zip(mine, worked, strict=True):
             assert row_mine == pytest.approx(row_worked, abs=1e-6)
+    # attention alone ignores order: shuffling the tokens shuffles the outputs (and changes them row by row),
+    # while the causal mask, built from positions, does not commute with the shuffle
+    assert v["shuffled_outputs_differ"] > 0.1
+    assert v["order_gap_free"] < 1e-5
+    assert v["order_gap_causal"] > 0.1
 
 
 def _code(src: str) -> str:
@@ -211,43 +219,41 @@ VISIBLE = {
 }
 
 
-@pytest.mark.parametrize("student", sorted(TRAPS))
-def test_each_masking_trap_loses_its_hidden_points_and_is_named(student, built_course):
-    answers, diagnoses = TRAPS[student]
-    nb = filled(built_course / LESSON / f"{LESSON}.ipynb", {**solution_sources(LESSON), **answers})
-    submit(nb, LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
-    graded = course.autograded_path(LESSON, student)
-    for test_id, points in HIDDEN.items():
-        if test_id in diagnoses:
-            assert grades[test_id] == (0, points), (test_id, grades)
-            message = cell_error(graded, test_id)
-            assert f"Diagnosis: {diagnoses[test_id]}." in message, message
-        else:  # an untouched solution keeps its points
-            assert grades[test_id] == (points, points), (test_id, grades)
-    for test_id, phrase in VISIBLE[student].items():
-        assert grades[test_id][0] == 0, (test_id, grades)
-        assert phrase in cell_error(graded, test_id), cell_error(graded, test_id)
+test_each_masking_trap_loses_its_hidden_points_and_is_named = wrong_versions.named_traps_test(
+    LESSON, TRAPS, HIDDEN, VISIBLE
+)
 
 
-def test_correct_but_different_masks_get_full_marks(built_course):
-    answers = {
-        "ex04_causal_mask": _code("""
-            def causal_mask(T, device=None):
-                i = torch.arange(T, device=device)
-                return i[:, None] >= i[None, :]
-        """),
-        "ex04_padding_mask": _code("""
-            def padding_mask(lengths, T):
-                positions = torch.arange(T, device=lengths.device).expand(len(lengths), T)
-                return (positions < lengths.unsqueeze(-1)).unsqueeze(1)
-        """),
-        "ex04_apply_mask": _code("""
-            def apply_mask(S, allowed):
-                blocked = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
-                return torch.where(allowed, S, blocked)
-        """),
-    }
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, "different_but_right")
-    result = course.autograde(LESSON, "different_but_right")
-    assert result["score"] == result["max_score"] == 16, result["grades"]
+# correct but different versions of every exercise
+RIGHT = {
+    "ex04_causal_mask": _code("""
+        def causal_mask(T, device=None):
+            i = torch.arange(T, device=device)
+            return i[:, None] >= i[None, :]
+    """),
+    "ex04_padding_mask": _code("""
+        def padding_mask(lengths, T):
+            positions = torch.arange(T, device=lengths.device).expand(len(lengths), T)
+            return (positions < lengths.unsqueeze(-1)).unsqueeze(1)
+    """),
+    "ex04_apply_mask": _code("""
+        def apply_mask(S, allowed):
+            blocked = torch.tensor(float("-inf"), dtype=S.dtype, device=S.device)
+            return torch.where(allowed, S, blocked)
+    """),
+}
+
+
+(
+    test_correct_but_different_masks_get_full_marks,
+    test_correct_but_different_masks_pass_the_harness,
+) = wrong_versions.alternative_tests(LESSON, RIGHT, max_score=16)
+
+
+def test_the_predictions_are_asked_before_the_worked_example_answers_them():
+    """Section 1 asks; the mask (code-07) and the first token's masked row (code-10) come after."""
+    import nbformat
+
+    ids = [c.get("id") for c in nbformat.read(NOTEBOOK, as_version=4).cells]
+    asked = ids.index("predict04-0")
+    assert asked < ids.index("code-07") and asked < ids.index("code-10") and asked < ids.index("code-24")

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from grader import course
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests import wrong_versions
+from tests.nbtools import ROOT, run_and_read
 
 pytestmark = pytest.mark.slow
 
@@ -133,36 +133,34 @@ SOFTMAX_GLOBAL_MAX = _code("""
         e = torch.exp(Z - Z.max())
         return e / e.sum(dim=dim, keepdim=True)
 """)
-LOOKUP_NO_SQRT = _code("""
-    def soft_lookup(query, keys, values, sharpness):
-        scores = {n: sharpness * sum(q * k for q, k in zip(query, key)) for n, key in keys.items()}
-        top = max(scores.values())
-        exps = {n: math.exp(s - top) for n, s in scores.items()}
-        total = sum(exps.values())
-        weights = {n: e / total for n, e in exps.items()}
-        m = len(next(iter(values.values())))
-        return weights, [sum(weights[n] * values[n][c] for n in keys) for c in range(m)]
-""")
-LOOKUP_NAIVE = _code("""
-    def soft_lookup(query, keys, values, sharpness):
-        d = len(query)
-        exps = {n: math.exp(sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(d)) for n, key in keys.items()}
-        total = sum(exps.values())
-        weights = {n: e / total for n, e in exps.items()}
-        m = len(next(iter(values.values())))
-        return weights, [sum(weights[n] * values[n][c] for n in keys) for c in range(m)]
-""")
-LOOKUP_SHARPNESS_DIVIDES = _code("""
-    def soft_lookup(query, keys, values, sharpness):
-        d = len(query)
-        scores = {n: sum(q * k for q, k in zip(query, key)) / (sharpness * math.sqrt(d)) for n, key in keys.items()}
-        top = max(scores.values())
-        exps = {n: math.exp(s - top) for n, s in scores.items()}
-        total = sum(exps.values())
-        weights = {n: e / total for n, e in exps.items()}
-        m = len(next(iter(values.values())))
-        return weights, [sum(weights[n] * values[n][c] for n in keys) for c in range(m)]
-""")
+
+
+def _soft_lookup(*exps: str) -> str:
+    """A student's soft_lookup whose lines ``exps`` compute ``exps``; the rest normalises and mixes."""
+    body = [
+        *exps,
+        "total = sum(exps.values())",
+        "weights = {n: e / total for n, e in exps.items()}",
+        "m = len(next(iter(values.values())))",
+        "return weights, [sum(weights[n] * values[n][c] for n in keys) for c in range(m)]",
+    ]
+    return "\n".join(["def soft_lookup(query, keys, values, sharpness):", *(f"    {line}" for line in body)])
+
+
+# scores less their max, then exp
+_STABLE = ("top = max(scores.values())", "exps = {n: math.exp(s - top) for n, s in scores.items()}")
+LOOKUP_NO_SQRT = _soft_lookup(
+    "scores = {n: sharpness * sum(q * k for q, k in zip(query, key)) for n, key in keys.items()}", *_STABLE
+)
+LOOKUP_NAIVE = _soft_lookup(
+    "d = len(query)",
+    "exps = {n: math.exp(sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(d)) for n, key in keys.items()}",
+)
+LOOKUP_SHARPNESS_DIVIDES = _soft_lookup(
+    "d = len(query)",
+    "scores = {n: sum(q * k for q, k in zip(query, key)) / (sharpness * math.sqrt(d)) for n, key in keys.items()}",
+    *_STABLE,
+)
 
 # student -> (answers, {hidden test: expected diagnosis}); functions left out keep the solution
 TRAPS = {
@@ -193,55 +191,44 @@ TRAPS = {
     ),
 }
 HIDDEN = {"test05_softmax_hidden": 4, "test05_soft_lookup_hidden": 4}
-# the visible check each trap fails, and a phrase of its message
+# the visible check each trap fails, with a phrase of its message
 VISIBLE = {
-    "softmax_dim_m2": ("test05_softmax_values", "Your columns sum to 1"),
-    "naive_overflow": ("test05_softmax_overflow", "subtract each row's"),
-    "dead_row_nan": ("test05_softmax_masked_row", "replace a -inf max by 0"),
-    "global_max": ("test05_softmax_overflow", "subtract each row's"),
+    "softmax_dim_m2": {"test05_softmax_values": "Your columns sum to 1"},
+    "naive_overflow": {"test05_softmax_overflow": "subtract each row's"},
+    "dead_row_nan": {"test05_softmax_masked_row": "replace a -inf max by 0"},
+    "global_max": {"test05_softmax_overflow": "subtract each row's"},
 }
 
 
-@pytest.mark.parametrize("student", sorted(TRAPS))
-def test_each_softmax_trap_loses_its_hidden_points_and_is_named(student, built_course):
-    answers, diagnoses = TRAPS[student]
-    nb = filled(built_course / LESSON / f"{LESSON}.ipynb", {**solution_sources(LESSON), **answers})
-    submit(nb, LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
-    graded = course.autograded_path(LESSON, student)
-    for test_id, points in HIDDEN.items():
-        if test_id in diagnoses:
-            assert grades[test_id] == (0, points), (test_id, grades)
-            message = cell_error(graded, test_id)
-            assert f"Diagnosis: {diagnoses[test_id]}." in message, message
-        else:  # an untouched solution keeps its points
-            assert grades[test_id] == (points, points), (test_id, grades)
-    visible, phrase = VISIBLE[student]
-    assert grades[visible][0] == 0, (visible, grades)
-    assert phrase in cell_error(graded, visible)
+test_each_softmax_trap_loses_its_hidden_points_and_is_named = wrong_versions.named_traps_test(
+    LESSON, TRAPS, HIDDEN, VISIBLE
+)
 
 
-def test_correct_but_different_softmax_and_lookup_get_full_marks(built_course):
-    answers = {
-        "ex05_softmax": _code("""
-            def softmax(Z, dim=-1):  # torch.softmax is ruled out; logsumexp is not
-                return torch.exp(Z - torch.logsumexp(Z, dim=dim, keepdim=True)).nan_to_num(0.0)
-        """),
-        "ex05_soft_lookup": _code("""
-            def soft_lookup(query, keys, values, sharpness):
-                names = list(keys)
-                scale = sharpness / len(query) ** 0.5
-                scores = [scale * sum(q * k for q, k in zip(query, keys[n])) for n in names]
-                top = max(scores)
-                log_total = top + math.log(math.fsum(math.exp(s - top) for s in scores))
-                weights = {n: math.exp(s - log_total) for n, s in zip(names, scores)}
-                width = len(values[names[0]])
-                return weights, [math.fsum(weights[n] * values[n][c] for n in names) for c in range(width)]
-        """),
-    }
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, "different_but_right")
-    result = course.autograde(LESSON, "different_but_right")
-    assert result["score"] == result["max_score"] == 16, result["grades"]
+# correct but different versions of every exercise
+RIGHT = {
+    "ex05_softmax": _code("""
+        def softmax(Z, dim=-1):  # torch.softmax is ruled out; logsumexp is not
+            return torch.exp(Z - torch.logsumexp(Z, dim=dim, keepdim=True)).nan_to_num(0.0)
+    """),
+    "ex05_soft_lookup": _code("""
+        def soft_lookup(query, keys, values, sharpness):
+            names = list(keys)
+            scale = sharpness / len(query) ** 0.5
+            scores = [scale * sum(q * k for q, k in zip(query, keys[n])) for n in names]
+            top = max(scores)
+            log_total = top + math.log(math.fsum(math.exp(s - top) for s in scores))
+            weights = {n: math.exp(s - log_total) for n, s in zip(names, scores)}
+            width = len(values[names[0]])
+            return weights, [math.fsum(weights[n] * values[n][c] for n in names) for c in range(width)]
+    """),
+}
+
+
+(
+    test_correct_but_different_softmax_and_lookup_get_full_marks,
+    test_correct_but_different_softmax_and_lookup_pass_the_harness,
+) = wrong_versions.alternative_tests(LESSON, RIGHT, max_score=16)
 
 
 @pytest.mark.parametrize(
@@ -270,3 +257,15 @@ def test_other_ways_through_the_all_minus_inf_row_pass_the_hidden_check(source):
     namespace = {"torch": torch}
     exec(source, namespace)
     grader.check("softmax", namespace["softmax"])
+
+
+def test_the_predictions_are_asked_before_any_section_answers_them():
+    """The questions (in md-07) come before the overflow demo, the -inf row and the sharpness table."""
+    import nbformat
+
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    ids = [c.get("id") for c in cells]
+    asked = ids.index("md-07")
+    assert "Pause and predict" in cells[asked].source
+    for reveal in ("code-08", "code-14", "code-16", "code-18"):
+        assert asked < ids.index(reveal), reveal

@@ -3,66 +3,57 @@ through nbgrader: every known mistake loses the hidden points and is named; othe
 
 from __future__ import annotations
 
-import math
-
 import pytest
-import torch
 
-import grader
-from grader import course
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests import wrong_versions
+from tests.solutions import read_solution
+from tests.tensors import BRIEF_A, BRIEF_O, rounded
 
 pytestmark = pytest.mark.slow
 
 LESSON = "07_one_head"
-A_BRIEF = [[0.14, 0.43, 0.43], [0.00, 0.91, 0.09], [0.01, 0.75, 0.24]]
-O_BRIEF = [[1.86, 6.32, 1.70], [2.00, 7.81, 0.27], [1.99, 7.48, 0.74]]
 
 
-def _rounded(rows, places=2):
-    return [[round(x, places) for x in row] for row in rows]
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = """
+S = S
+S_scaled = S_scaled
+A_cats = A_cats
+O_cats = O_cats
+attention_O = attention(Q, K, V)[0]
+attention_A = attention(Q, K, V)[1]
+self_free = self_attention(X, W_q, W_k, W_v, causal=False)
+walk_weights = walk_weights
+walk_output = walk_output
+predict_shapes = [tuple(A_p.shape), tuple((A_p @ V_p).shape)]
+first_output = (A_first @ V)[0]
+sdpa_diff = max((attention(Q_r, K_r, V_r, m)[0] - F.scaled_dot_product_attention(Q_r, K_r, V_r, attn_mask=m)).abs().max().item() for m in (None, allowed_r))
+random_A_shape = tuple(attention(Q_r, K_r, V_r, allowed_r)[1].shape)
+loop_diff = loop_diff
+A_cross_shape = tuple(A_cross.shape)
+A_cross_sums = A_cross.sum(dim=-1)
+cross_O_shape = tuple(cross_attention(X_dec, X_enc, milk.W_q, milk.W_k, milk.W_v).shape)
+the_weights = the_weights
+the_output = the_output
+A_sat = A_sat
+O_sat = O_sat
+cat_share = cat_share
+top_feature = top_feature
+self_sat = self_attention(sat.X, sat.W_q, sat.W_k, sat.W_v)
+costs = {str(T): list(c) for T, c in costs.items()}
+growth = growth
+"""
 
 
 def test_one_head_numbers_from_the_brief():
-    values = run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "S": "S",
-            "S_scaled": "S_scaled",
-            "A_cats": "A_cats",
-            "O_cats": "O_cats",
-            "attention_O": "attention(Q, K, V)[0]",
-            "attention_A": "attention(Q, K, V)[1]",
-            "self_free": "self_attention(X, W_q, W_k, W_v, causal=False)",
-            "walk_weights": "walk_weights",
-            "walk_output": "walk_output",
-            "predict_shapes": "[tuple(A_p.shape), tuple((A_p @ V_p).shape)]",
-            "first_output": "(A_first @ V)[0]",
-            "sdpa_diff": "max((attention(Q_r, K_r, V_r, m)[0] - F.scaled_dot_product_attention("
-            "Q_r, K_r, V_r, attn_mask=m)).abs().max().item() for m in (None, allowed_r))",
-            "random_A_shape": "tuple(attention(Q_r, K_r, V_r, allowed_r)[1].shape)",
-            "loop_diff": "loop_diff",
-            "A_cross_shape": "tuple(A_cross.shape)",
-            "A_cross_sums": "A_cross.sum(dim=-1)",
-            "cross_O_shape": "tuple(cross_attention(X_dec, X_enc, milk.W_q, milk.W_k, milk.W_v).shape)",
-            "the_weights": "the_weights",
-            "the_output": "the_output",
-            "A_sat": "A_sat",
-            "O_sat": "O_sat",
-            "cat_share": "cat_share",
-            "top_feature": "top_feature",
-            "self_sat": "self_attention(sat.X, sat.W_q, sat.W_k, sat.W_v)",
-            "costs": "{str(T): list(c) for T, c in costs.items()}",
-            "growth": "growth",
-        },
-    )
+    values = read_solution(LESSON, NOTEBOOK_VALUES)
     # the whole pipeline on "I love cats"
     assert values["S"] == [[2, 4, 4], [4, 16, 12], [4, 12, 10]]
-    assert _rounded(values["S_scaled"]) == [[1.15, 2.31, 2.31], [2.31, 9.24, 6.93], [2.31, 6.93, 5.77]]
+    assert rounded(values["S_scaled"]) == [[1.15, 2.31, 2.31], [2.31, 9.24, 6.93], [2.31, 6.93, 5.77]]
     for A in (values["A_cats"], values["attention_A"]):
-        assert _rounded(A) == A_BRIEF
+        assert rounded(A) == BRIEF_A
     for O in (values["O_cats"], values["attention_O"], values["self_free"]):
-        assert _rounded(O) == O_BRIEF
+        assert rounded(O) == BRIEF_O
     # stage by stage for "cats": weights [0.007, 0.755, 0.238], output [1.99, 7.48, 0.74]
     assert [round(w, 3) for w in values["walk_weights"]] == [0.007, 0.755, 0.238]
     assert [round(o, 2) for o in values["walk_output"]] == [1.99, 7.48, 0.74]
@@ -87,7 +78,7 @@ def test_one_head_numbers_from_the_brief():
     assert thing > 0.45 and thing > max(others), values["O_sat"][4]
     assert values["top_feature"] == "thing"
     assert [round(x, 6) for x in values["the_output"]] == [round(x, 6) for x in values["O_sat"][4]]
-    assert _rounded(values["self_sat"], 5) == _rounded(values["O_sat"], 5)
+    assert rounded(values["self_sat"], 5) == rounded(values["O_sat"], 5)
     # cost: double the length, four times the entries, the memory and the work
     assert values["growth"] == [4.0] * 9
     assert values["costs"]["1024"][0] == 1024 * 1024
@@ -98,160 +89,89 @@ def test_one_head_numbers_from_the_brief():
 
 ATTENTION = """
 def attention(Q, K, V, mask=None):
-    S = {scores}
+    S = {scores=Q @ K.mT / math.sqrt(Q.shape[-1])}
     if mask is not None:
-        S = S.masked_fill({hide}, float("-inf"))
-    A = {softmax}
+        S = S.masked_fill({hide=~mask}, float("-inf"))
+    A = {softmax=torch.softmax(S, dim=-1)}
     O = A @ V
-    return {result}
+    return {result=O, A}
 """
 
 
-def attention_answer(
-    scores="Q @ K.mT / math.sqrt(Q.shape[-1])",
-    hide="~mask",
-    softmax="torch.softmax(S, dim=-1)",
-    result="O, A",
-) -> str:
-    return ATTENTION.format(scores=scores, hide=hide, softmax=softmax, result=result)
+attention_answer = wrong_versions.answer_maker(ATTENTION)
 
 
 SELF = """
 def self_attention(X, W_q, W_k, W_v, causal=True):
     Q, K, V = X @ W_q, X @ W_k, X @ W_v
-    S = Q @ K.mT / {scale}
-    if {use_mask}:
+    S = Q @ K.mT / {scale=math.sqrt(Q.shape[-1])}
+    if {use_mask=causal}:
         T = X.shape[-2]
         allowed = torch.ones(T, T, dtype=torch.bool, device=X.device).tril()
-        S = S.masked_fill({hide}, float("-inf"))
-    return {softmax} @ V
+        S = S.masked_fill({hide=~allowed}, float("-inf"))
+    return {softmax=torch.softmax(S, dim=-1)} @ V
 """
 
 
-def self_answer(
-    scale="math.sqrt(Q.shape[-1])", use_mask="causal", hide="~allowed", softmax="torch.softmax(S, dim=-1)"
-):
-    return SELF.format(scale=scale, use_mask=use_mask, hide=hide, softmax=softmax)
+self_answer = wrong_versions.answer_maker(SELF)
 
 
 CROSS = """
 def cross_attention(X_dec, X_enc, W_q, W_k, W_v):
-    Q, K, V = {source_q} @ W_q, {source_kv} @ W_k, {source_kv} @ W_v
-    S = Q @ K.mT / {scale}
-    if {causal}:
+    Q, K, V = {source_q=X_dec} @ W_q, {source_kv=X_enc} @ W_k, {source_kv} @ W_v
+    S = Q @ K.mT / {scale=math.sqrt(Q.shape[-1])}
+    if {causal=False}:
         S = S.masked_fill(~torch.ones(S.shape[-2], S.shape[-1], dtype=torch.bool, device=S.device).tril(), float("-inf"))
     return torch.softmax(S, dim=-1) @ V
 """
 
 
-def cross_answer(source_q="X_dec", source_kv="X_enc", scale="math.sqrt(Q.shape[-1])", causal="False"):
-    return CROSS.format(source_q=source_q, source_kv=source_kv, scale=scale, causal=causal)
+cross_answer = wrong_versions.answer_maker(CROSS)
 
 
 NAN_SAFE = "torch.softmax(S, dim=-1).nan_to_num(0.0)"  # a fully hidden row gives zeros (lesson 05)
 
 # Each submission carries one wrong version of each function it names, so that one autograde run
-# checks several diagnoses: {grade id of the hidden test: (answer cell, answer, expected diagnosis)}.
-WRONG_SUBMISSIONS = {
-    "unscaled_dmodel_swapped": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(scores="Q @ K.mT"),
-            "the scores are not scaled",
-        ),
-        "test07_self_attention_hidden": (
-            "ex07_self_attention",
-            self_answer(scale="math.sqrt(X.shape[-1])"),
-            "the scores are divided by sqrt(d_model)",
-        ),
-        "test07_cross_attention_hidden": (
-            "ex07_cross_attention",
-            cross_answer(source_q="X_enc", source_kv="X_dec"),
-            "queries and keys/values come from the wrong sequences",
-        ),
+# checks several diagnoses: {student: [(answer, expected diagnosis), ...]}.
+WRONG_SUBMISSIONS = wrong_versions.wrong_submissions(
+    LESSON,
+    {
+        "unscaled_dmodel_swapped": [
+            (attention_answer(scores="Q @ K.mT"), "the scores are not scaled"),
+            (self_answer(scale="math.sqrt(X.shape[-1])"), "the scores are divided by sqrt(d_model)"),
+            (
+                cross_answer(source_q="X_enc", source_kv="X_dec"),
+                "queries and keys/values come from the wrong sequences",
+            ),
+        ],
+        "dk_always_causal": [
+            (
+                attention_answer(scores="Q @ K.mT / Q.shape[-1]"),
+                "the scores are divided by d_k instead of sqrt(d_k)",
+            ),
+            (self_answer(use_mask="True"), "the causal flag is ignored or reversed"),
+            (cross_answer(causal="True"), "a causal mask was applied"),
+        ],
+        "dim2_inverted_unscaled": [
+            (attention_answer(softmax="torch.softmax(S, dim=-2)"), "the softmax runs over dim -2"),
+            (self_answer(hide="allowed", softmax=NAN_SAFE), "the causal mask polarity is inverted"),
+            (cross_answer(scale="1"), "the scores are not scaled"),
+        ],
+        "inverted_unscaled": [
+            (attention_answer(hide="mask", softmax=NAN_SAFE), "the mask polarity is inverted"),
+            (self_answer(scale="1"), "the scores are not scaled"),
+        ],
+        "returns_A_O": [
+            (attention_answer(result="A, O"), "the result is returned as (A, O)"),
+        ],
+        "returns_weights": [
+            (attention_answer(result="A, A"), "the weights were returned instead of A V"),
+        ],
+        "k_q_transposed": [
+            (attention_answer(scores="K @ Q.mT / math.sqrt(Q.shape[-1])"), "K Q^T instead of Q K^T"),
+        ],
     },
-    "dk_always_causal": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(scores="Q @ K.mT / Q.shape[-1]"),
-            "the scores are divided by d_k instead of sqrt(d_k)",
-        ),
-        "test07_self_attention_hidden": (
-            "ex07_self_attention",
-            self_answer(use_mask="True"),
-            "the causal flag is ignored or reversed",
-        ),
-        "test07_cross_attention_hidden": (
-            "ex07_cross_attention",
-            cross_answer(causal="True"),
-            "a causal mask was applied",
-        ),
-    },
-    "dim2_inverted_unscaled": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(softmax="torch.softmax(S, dim=-2)"),
-            "the softmax runs over dim -2",
-        ),
-        "test07_self_attention_hidden": (
-            "ex07_self_attention",
-            self_answer(hide="allowed", softmax=NAN_SAFE),
-            "the causal mask polarity is inverted",
-        ),
-        "test07_cross_attention_hidden": (
-            "ex07_cross_attention",
-            cross_answer(scale="1"),
-            "the scores are not scaled",
-        ),
-    },
-    "inverted_unscaled": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(hide="mask", softmax=NAN_SAFE),
-            "the mask polarity is inverted",
-        ),
-        "test07_self_attention_hidden": (
-            "ex07_self_attention",
-            self_answer(scale="1"),
-            "the scores are not scaled",
-        ),
-    },
-    "returns_A_O": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(result="A, O"),
-            "the result is returned as (A, O)",
-        ),
-    },
-    "returns_weights": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(result="A, A"),
-            "the weights were returned instead of A V",
-        ),
-    },
-    "k_q_transposed": {
-        "test07_attention_hidden": (
-            "ex07_attention",
-            attention_answer(scores="K @ Q.mT / math.sqrt(Q.shape[-1])"),
-            "K Q^T instead of Q K^T",
-        ),
-    },
-}
-
-
-@pytest.mark.parametrize("student", sorted(WRONG_SUBMISSIONS))
-def test_wrong_versions_lose_hidden_points_and_are_named(student, built_course):
-    checks = WRONG_SUBMISSIONS[student]
-    answers = solution_sources(LESSON) | {cell: answer for cell, answer, _ in checks.values()}
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
-    for hidden, (_, _, diagnosis) in checks.items():
-        assert grades[hidden][0] == 0 < grades[hidden][1], (hidden, grades)
-        message = cell_error(course.autograded_path(LESSON, student), hidden)
-        assert "What differs:" in message, message
-        if diagnosis is not None:
-            assert f"Diagnosis: {diagnosis}." in message, message
+)
 
 
 RIGHT_SUBMISSIONS = {
@@ -307,22 +227,13 @@ def cross_attention(X_dec, X_enc, W_q, W_k, W_v):
 """,
     },
 }
-
-
-@pytest.mark.parametrize("student", sorted(RIGHT_SUBMISSIONS))
-def test_correct_but_different_versions_get_full_marks(student, built_course):
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", RIGHT_SUBMISSIONS[student]), LESSON, student)
-    result = course.autograde(LESSON, student)
-    assert result["score"] == result["max_score"] > 0, result["grades"]
+(
+    test_wrong_versions_lose_hidden_points_and_are_named,
+    test_correct_but_different_versions_get_full_marks,
+) = wrong_versions.submission_tests(LESSON, WRONG_SUBMISSIONS, RIGHT_SUBMISSIONS)
 
 
 # ------------------------------------------- mistakes written the way students write them
-
-
-def _run_answer(source: str, name: str):
-    namespace = {"torch": torch, "math": math}
-    exec(source, namespace)
-    return namespace[name]
 
 
 REALISTIC = [
@@ -338,6 +249,4 @@ REALISTIC = [
 
 @pytest.mark.parametrize("name, source, diagnosis", REALISTIC, ids=[d for _, _, d in REALISTIC])
 def test_mistakes_written_with_torch_softmax_are_named(name, source, diagnosis):
-    with pytest.raises(AssertionError) as info:
-        grader.check(name, _run_answer(source, name))
-    assert f"Diagnosis: {diagnosis}." in str(info.value), str(info.value)
+    wrong_versions.assert_named_in_process(name, wrong_versions.answer_function(source, name), diagnosis)

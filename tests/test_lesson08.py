@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import math
-import re
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attention_course import data
-from grader import course
-from grader.beyond import l08_multihead as m
+from grader.lessons import l08_multihead as m
+from tests import wrong_versions
 from tests.conftest import DEVICES
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, submit
+from tests.solutions import read_solution
+from tests.tensors import DTYPES, draw, tol
 
 LESSON = "08_multihead"
-DTYPES = [torch.float32, torch.float64]
-
-
-def tol(dtype):
-    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
-
-
-def draw(*shape, seed, device, dtype, scale=1.0):
-    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale).to(
-        device
-    )
 
 
 def torch_mha(W_q, W_k, W_v, W_o, n_heads):
@@ -127,29 +114,30 @@ def test_split_heads_takes_blocks_of_columns_and_merge_heads_undoes_it():
 # ------------------------------------------------------------------ the lesson's numbers
 
 
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = """
+A_one_the = A_one[4]
+O_one_the = O_one[4]
+O_concat = O_concat
+A_heads_small = torch.stack(weights)
+row_heads = row.view(3, 4)
+per_head_1 = per_head[1]
+shapes = [tuple(t.shape) for t in (Q, Q_heads, A_heads, O_heads, O_merged, O_mha)]
+head3_diff = head3_diff
+sum_diff = sum_diff
+n_params = n_params
+macs = [macs_one, macs_eight, weights_one, weights_eight]
+interleave = kv_head.repeat_interleave(4)
+tiled = kv_head.repeat(4)
+kv_table = {str(k): v for k, v in kv_table.items()}
+mha_sat = multi_head_attention(X_sat, W_q3, W_k3, W_v3, W_o3, 3, causal=True)
+device_diff = device_diff
+"""
+
+
 @pytest.fixture(scope="module")
 def lesson_values():
-    return run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "A_one_the": "A_one[4]",
-            "O_one_the": "O_one[4]",
-            "O_concat": "O_concat",
-            "A_heads_small": "torch.stack(weights)",
-            "row_heads": "row.view(3, 4)",
-            "per_head_1": "per_head[1]",
-            "shapes": "[tuple(t.shape) for t in (Q, Q_heads, A_heads, O_heads, O_merged, O_mha)]",
-            "head3_diff": "head3_diff",
-            "sum_diff": "sum_diff",
-            "n_params": "n_params",
-            "macs": "[macs_one, macs_eight, weights_one, weights_eight]",
-            "interleave": "kv_head.repeat_interleave(4)",
-            "tiled": "kv_head.repeat(4)",
-            "kv_table": "{str(k): v for k, v in kv_table.items()}",
-            "mha_sat": "multi_head_attention(X_sat, W_q3, W_k3, W_v3, W_o3, 3, causal=True)",
-            "device_diff": "device_diff",
-        },
-    )
+    return read_solution(LESSON, NOTEBOOK_VALUES)
 
 
 def _causal_sdpa(X, W_q, W_k, W_v):
@@ -228,12 +216,8 @@ def merge_heads(X):
     *batch, H, T, d = X.shape
     return X.transpose(-3, -2).reshape(*batch, T, H * d)
 """
-MHA_OK = """
-def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
-    def split(M):
-        *b, T, D = M.shape
-        return M.reshape(*b, T, n_heads, D // n_heads).transpose(-3, -2)
-    Q, K, V = split(X @ W_q), split(X @ W_k), split(X @ W_v)
+# the heads' attention, merged and projected: how both answers below end once Q, K, V are split into heads
+HEADS_TAIL = """
     S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
     if causal:
         T = X.shape[-2]
@@ -242,7 +226,17 @@ def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
     *b, H, T, d = O.shape
     return O.transpose(-3, -2).reshape(*b, T, H * d) @ W_o
 """
-GQA_OK = """
+MHA_OK = (
+    """
+def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+    def split(M):
+        *b, T, D = M.shape
+        return M.reshape(*b, T, n_heads, D // n_heads).transpose(-3, -2)
+    Q, K, V = split(X @ W_q), split(X @ W_k), split(X @ W_v)"""
+    + HEADS_TAIL
+)
+GQA_OK = (
+    """
 def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
     def split(M, n):
         *b, T, D = M.shape
@@ -250,15 +244,9 @@ def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=F
     g = n_heads // n_kv_heads
     Q = split(X @ W_q, n_heads)
     K, V = split(X @ W_k, n_kv_heads), split(X @ W_v, n_kv_heads)
-    K, V = K.repeat_interleave(g, dim=-3), V.repeat_interleave(g, dim=-3)
-    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-    if causal:
-        T = X.shape[-2]
-        S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=X.device).tril(), float("-inf"))
-    O = torch.softmax(S, dim=-1) @ V
-    *b, H, T, d = O.shape
-    return O.transpose(-3, -2).reshape(*b, T, H * d) @ W_o
-"""
+    K, V = K.repeat_interleave(g, dim=-3), V.repeat_interleave(g, dim=-3)"""
+    + HEADS_TAIL
+)
 
 
 def edit(src: str, *changes: tuple[str, str]) -> str:
@@ -367,53 +355,11 @@ TRAP_CODE = {
         "the causal flag is ignored or reversed": edit(GQA_OK, (CAUSAL, "if not causal:")),
     },
 }
-CELLS = {name: f"ex08_{name}" for name in TRAP_CODE}
-HIDDEN = {name: f"test08_{name}_hidden" for name in TRAP_CODE}
-N_SUBMISSIONS = max(len(traps) for traps in TRAP_CODE.values())
-
-
-def test_every_trap_of_the_lesson_has_student_code():
-    from grader.registry import exercises
-
-    for name, traps in TRAP_CODE.items():
-        assert sorted(traps) == sorted(t.name for t in exercises()[name].traps), name
-
-
-def test_trap_code_is_diagnosed_by_the_harness():
-    """The hand-written student code really produces each trap (fast, without nbgrader)."""
-    import grader
-
-    for name, traps in TRAP_CODE.items():
-        for trap, src in traps.items():
-            scope = {"math": math, "torch": torch}
-            exec(src, scope)
-            with pytest.raises(AssertionError, match=re.escape(f"Diagnosis: {trap}.")):
-                grader.check(name, scope[name])
-
-
-def _submission(i: int) -> dict[str, tuple[str, str]]:
-    """Submission i: the i-th trap of every function that has one (cycling), as {function: (trap, code)}."""
-    out = {}
-    for name, traps in TRAP_CODE.items():
-        trap = sorted(traps)[i % len(traps)]
-        out[name] = (trap, traps[trap])
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("i", range(N_SUBMISSIONS))
-def test_trap_submission_loses_hidden_points_with_named_diagnosis(i, built_course):
-    student = f"traps08_{i}"
-    chosen = _submission(i)
-    nb = filled(
-        built_course / LESSON / f"{LESSON}.ipynb", {CELLS[n]: code for n, (_, code) in chosen.items()}
-    )
-    submit(nb, LESSON, student)
-    result = course.autograde(LESSON, student)
-    for name, (trap, _) in chosen.items():
-        assert result["grades"][HIDDEN[name]][0] == 0, (name, trap, result["grades"])
-        message = cell_error(course.autograded_path(LESSON, student), HIDDEN[name])
-        assert f"Diagnosis: {trap}." in message, message
+(
+    test_every_trap_of_the_lesson_has_student_code,
+    test_trap_code_is_diagnosed_by_the_harness,
+    test_trap_submission_loses_hidden_points_with_named_diagnosis,
+) = wrong_versions.trap_code_tests(LESSON, TRAP_CODE)
 
 
 ALTERNATIVE = {
@@ -439,23 +385,7 @@ def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=F
     return torch.einsum("...htv,hvo->...to", O, W_o.unflatten(0, (n_heads, -1)))
 """,
 }
-
-
-@pytest.mark.slow
-def test_correct_but_different_implementation_gets_full_marks(built_course):
-    nb = filled(built_course / LESSON / f"{LESSON}.ipynb", ALTERNATIVE)
-    submit(nb, LESSON, "alternative08")
-    result = course.autograde(LESSON, "alternative08")
-    assert result["max_score"] == 20
-    assert result["score"] == result["max_score"], result["grades"]
-
-
-def test_correct_but_different_implementations_pass_the_harness():
-    """The alternative submission above passes grader.check directly (fast, and on CUDA when present)."""
-    import grader
-
-    scope = {"math": math, "torch": torch, "F": F}
-    for src in ALTERNATIVE.values():
-        exec(src, scope)
-    for name in TRAP_CODE:
-        grader.check(name, scope[name])
+(
+    test_correct_but_different_implementation_gets_full_marks,
+    test_correct_but_different_implementations_pass_the_harness,
+) = wrong_versions.alternative_tests(LESSON, ALTERNATIVE, max_score=20)

@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import math
-import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attention_course import data
-from grader import course
-from grader.beyond import l09_kv_cache as m
+from grader.lessons import l09_kv_cache as m
+from tests import wrong_versions
 from tests.conftest import DEVICES
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, submit
+from tests.solutions import read_solution
+from tests.tensors import DTYPES, draw, tol
 
 LESSON = "09_kv_cache"
-DTYPES = [torch.float32, torch.float64]
-
-
-def tol(dtype):
-    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
-
-
-def draw(*shape, seed, device, dtype, scale=1.0):
-    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale).to(
-        device
-    )
 
 
 # ------------------------------------------------------------------ reference vs full causal attention
@@ -82,33 +71,34 @@ def test_kv_cache_bytes_matches_real_cache_tensors():
 # ------------------------------------------------------------------ the lesson's numbers
 
 
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = """
+A_full = A_full
+O_full = O_full
+O_steps = O_steps
+K_cache = K_cache
+V_cache = V_cache
+step_diff = step_diff
+positions = positions
+macs_without = macs_without
+macs_with = macs_with
+formulas_match = formulas_match
+timed_positions = timed_positions
+ms = [ms_without, ms_with]
+totals = [total_without, total_with]
+measured_bytes = measured_bytes
+predicted_bytes = predicted_bytes
+gib_at_32k = {str(k): v for k, v in gib_at_32k.items()}
+A_sat = A_sat
+generation_diff = generation_diff
+sizes = [d, T_max]
+device_diff = device_diff
+"""
+
+
 @pytest.fixture(scope="module")
 def lesson_values():
-    return run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "A_full": "A_full",
-            "O_full": "O_full",
-            "O_steps": "O_steps",
-            "K_cache": "K_cache",
-            "V_cache": "V_cache",
-            "step_diff": "step_diff",
-            "positions": "positions",
-            "macs_without": "macs_without",
-            "macs_with": "macs_with",
-            "formulas_match": "formulas_match",
-            "timed_positions": "timed_positions",
-            "ms": "[ms_without, ms_with]",
-            "totals": "[total_without, total_with]",
-            "measured_bytes": "measured_bytes",
-            "predicted_bytes": "predicted_bytes",
-            "gib_at_32k": "{str(k): v for k, v in gib_at_32k.items()}",
-            "A_sat": "A_sat",
-            "generation_diff": "generation_diff",
-            "sizes": "[d, T_max]",
-            "device_diff": "device_diff",
-        },
-    )
+    return read_solution(LESSON, NOTEBOOK_VALUES)
 
 
 @pytest.mark.slow
@@ -275,53 +265,11 @@ TRAP_CODE = {
         "only one layer was counted": edit(BYTES_OK, (" * n_layers", "")),
     },
 }
-CELLS = {name: f"ex09_{name}" for name in TRAP_CODE}
-HIDDEN = {name: f"test09_{name}_hidden" for name in TRAP_CODE}
-N_SUBMISSIONS = max(len(traps) for traps in TRAP_CODE.values())
-
-
-def test_every_trap_of_the_lesson_has_student_code():
-    from grader.registry import exercises
-
-    for name, traps in TRAP_CODE.items():
-        assert sorted(traps) == sorted(t.name for t in exercises()[name].traps), name
-
-
-def test_trap_code_is_diagnosed_by_the_harness():
-    """The hand-written student code really produces each trap (fast, without nbgrader)."""
-    import grader
-
-    for name, traps in TRAP_CODE.items():
-        for trap, src in traps.items():
-            scope = {"math": math, "torch": torch}
-            exec(src, scope)
-            with pytest.raises(AssertionError, match=re.escape(f"Diagnosis: {trap}.")):
-                grader.check(name, scope[name])
-
-
-def _submission(i: int) -> dict[str, tuple[str, str]]:
-    """Submission i: the i-th trap of every function (cycling), as {function: (trap, code)}."""
-    out = {}
-    for name, traps in TRAP_CODE.items():
-        trap = sorted(traps)[i % len(traps)]
-        out[name] = (trap, traps[trap])
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("i", range(N_SUBMISSIONS))
-def test_trap_submission_loses_hidden_points_with_named_diagnosis(i, built_course):
-    student = f"traps09_{i}"
-    chosen = _submission(i)
-    nb = filled(
-        built_course / LESSON / f"{LESSON}.ipynb", {CELLS[n]: code for n, (_, code) in chosen.items()}
-    )
-    submit(nb, LESSON, student)
-    result = course.autograde(LESSON, student)
-    for name, (trap, _) in chosen.items():
-        assert result["grades"][HIDDEN[name]][0] == 0, (name, trap, result["grades"])
-        message = cell_error(course.autograded_path(LESSON, student), HIDDEN[name])
-        assert f"Diagnosis: {trap}." in message, message
+(
+    test_every_trap_of_the_lesson_has_student_code,
+    test_trap_code_is_diagnosed_by_the_harness,
+    test_trap_submission_loses_hidden_points_with_named_diagnosis,
+) = wrong_versions.trap_code_tests(LESSON, TRAP_CODE)
 
 
 ALTERNATIVE = {
@@ -343,23 +291,7 @@ def kv_cache_bytes(n_layers, n_kv_heads, d_head, n_tokens, batch=1, bytes_per_va
     return math.prod([keys_and_values, n_layers, n_kv_heads, d_head, n_tokens, batch, bytes_per_value])
 """,
 }
-
-
-@pytest.mark.slow
-def test_correct_but_different_implementation_gets_full_marks(built_course):
-    nb = filled(built_course / LESSON / f"{LESSON}.ipynb", ALTERNATIVE)
-    submit(nb, LESSON, "alternative09")
-    result = course.autograde(LESSON, "alternative09")
-    assert result["max_score"] == 15
-    assert result["score"] == result["max_score"], result["grades"]
-
-
-def test_correct_but_different_implementations_pass_the_harness():
-    """The alternative submission above passes grader.check directly (fast, and on CUDA when present)."""
-    import grader
-
-    scope = {"math": math, "torch": torch, "F": F}
-    for src in ALTERNATIVE.values():
-        exec(src, scope)
-    for name in TRAP_CODE:
-        grader.check(name, scope[name])
+(
+    test_correct_but_different_implementation_gets_full_marks,
+    test_correct_but_different_implementations_pass_the_harness,
+) = wrong_versions.alternative_tests(LESSON, ALTERNATIVE, max_score=15)

@@ -15,17 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import grader
-from grader import course
-from grader.beyond import l10_learning as ref
+from grader.lessons import l10_learning as ref
+from tests import wrong_versions
 from tests.conftest import DEVICES
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests.solutions import read_solution
+from tests.tensors import draw
 
 LESSON = "10_learning"
-
-
-def draw(*shape, seed, device, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
 
 
 # ------------------------------------------------------------------- the reference
@@ -121,46 +117,37 @@ def test_a_run_that_learns_passes_whatever_its_exact_weights():
 # ------------------------------------------------------- the lesson's own numbers
 
 
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = r"""
+chance = chance_loss
+demo_tokens = demo_tokens
+X_shape = list(X_demo.shape)
+n_params = n_params
+A0 = A0.detach()
+loss0 = loss0.item()
+loss0_again = prev_token_loss(logits0, tokens0).item()
+loss_after_step = loss_after_step
+grad_ratio = [grad_ratio.min().item(), grad_ratio.max().item()]
+patterns = {str(k): v for k, v in patterns.items()}
+snapshot_rows = snapshots[200].sum(-1)
+best_key = best_key[1:]
+named = named
+trained_pattern = read_pattern(trained)
+blind_accuracy = blind_accuracy
+blind_by_position = blind_by_position
+lr_small = read_pattern(train_head(lr=0.1)[0])['previous']
+lr_huge_last_loss_finite = math.isfinite(train_head(lr=30.0)[1][-1])
+helpers = [make_batch(4, torch.Generator().manual_seed(7)).tolist(), embed(demo_tokens).tolist(), {k: v.tolist() for k, v in init_params(5).items()}]
+train_seconds = (lambda t0: (train_head(), __import__('time').perf_counter() - t0)[1])(__import__('time').perf_counter())
+slider_warnings = exec('import warnings\nwith warnings.catch_warnings(record=True) as _w:\n    warnings.simplefilter("always")\n    train_and_show(30.0)\n_n_warnings = len(_w)') or _n_warnings
+"""
+
+
 @pytest.mark.slow
 def test_lesson_computes_the_numbers_it_states(record_property):
-    start = time.perf_counter()
-    values = run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "chance": "chance_loss",
-            "demo_tokens": "demo_tokens",
-            "X_shape": "list(X_demo.shape)",
-            "n_params": "n_params",
-            "A0": "A0.detach()",
-            "loss0": "loss0.item()",
-            "loss0_again": "prev_token_loss(logits0, tokens0).item()",
-            "loss_after_step": "loss_after_step",
-            "grad_ratio": "[grad_ratio.min().item(), grad_ratio.max().item()]",
-            "patterns": "{str(k): v for k, v in patterns.items()}",
-            "snapshot_rows": "snapshots[200].sum(-1)",
-            "best_key": "best_key[1:]",
-            "named": "named",
-            "trained_pattern": "read_pattern(trained)",
-            "blind_accuracy": "blind_accuracy",
-            "blind_by_position": "blind_by_position",
-            "lr_small": "read_pattern(train_head(lr=0.1)[0])['previous']",
-            "lr_huge_last_loss_finite": "math.isfinite(train_head(lr=30.0)[1][-1])",
-            "helpers": "[make_batch(4, torch.Generator().manual_seed(7)).tolist(), embed(demo_tokens).tolist(),"
-            " {k: v.tolist() for k, v in init_params(5).items()}]",
-            "train_seconds": "(lambda t0: (train_head(), __import__('time').perf_counter() - t0)[1])"
-            "(__import__('time').perf_counter())",
-            "slider_warnings": "exec('import warnings\\nwith warnings.catch_warnings(record=True) as _w:\\n"
-            '    warnings.simplefilter("always")\\n    train_and_show(30.0)\\n_n_warnings = len(_w)\')'
-            " or _n_warnings",
-        },
-    )
-    lesson_seconds = time.perf_counter() - start
-    record_property("lesson_seconds", lesson_seconds)
+    values = read_solution(LESSON, NOTEBOOK_VALUES, record_property)
     record_property("train_head_seconds", values["train_seconds"])
-    print(
-        f"\nlesson 10 ran in {lesson_seconds:.1f} s (kernel start included); "
-        f"train_head() took {values['train_seconds']:.2f} s"
-    )
+    print(f"train_head() took {values['train_seconds']:.2f} s")
     assert values["train_seconds"] < 30
 
     # the task and the model
@@ -207,39 +194,27 @@ def test_lesson_computes_the_numbers_it_states(record_property):
 HEAD = """
 def head_forward(params, X):
     Q, K, V = X @ params["W_q"], X @ params["W_k"], X @ params["W_v"]
-    S = Q @ K.transpose(-2, -1) / {scale}
+    S = Q @ K.transpose(-2, -1) / {scale=math.sqrt(Q.shape[-1])}
     n = X.shape[-2]
     allowed = torch.ones(n, n, dtype=torch.bool, device=X.device).tril()
-    {mask}
-    A = torch.softmax(S, dim={dim})
-    return {logits}, A
+    {mask=S = S.masked_fill(~allowed, float("-inf"))}
+    A = torch.softmax(S, dim={dim=-1})
+    return {logits=(A @ V) @ params["W_o"]}, A
 """
 
 
-def head_answer(
-    scale="math.sqrt(Q.shape[-1])",
-    mask='S = S.masked_fill(~allowed, float("-inf"))',
-    dim="-1",
-    logits='(A @ V) @ params["W_o"]',
-):
-    return HEAD.format(scale=scale, mask=mask, dim=dim, logits=logits)
+head_answer = wrong_versions.answer_maker(HEAD)
 
 
 LOSS = """
 def prev_token_loss(logits, tokens):
-    guesses = {guesses}
-    answers = {answers}
-    return F.cross_entropy({scores}, answers.reshape(-1){extra})
+    guesses = {guesses=logits[..., 1:, :]}
+    answers = {answers=tokens[..., :-1]}
+    return F.cross_entropy({scores=guesses.reshape(-1, logits.shape[-1])}, answers.reshape(-1){extra=})
 """
 
 
-def loss_answer(
-    guesses="logits[..., 1:, :]",
-    answers="tokens[..., :-1]",
-    scores="guesses.reshape(-1, logits.shape[-1])",
-    extra="",
-):
-    return LOSS.format(guesses=guesses, answers=answers, scores=scores, extra=extra)
+loss_answer = wrong_versions.answer_maker(LOSS)
 
 
 TRAIN = """
@@ -267,110 +242,71 @@ def train_answer(update="p -= lr * p.grad\np.grad = None"):
 # Each submission carries one wrong version of each function it names. train_head is graded on its
 # own: its hidden check runs it on the reference head_forward and prev_token_loss, so a wrong loss costs
 # only the loss's points; a loop that computes its own (unshifted) loss is still named.
-# {hidden test: (answer cell, answer, diagnosis)}
-WRONG_SUBMISSIONS = {
-    "nomask_summed_ascent": {
-        "test10_head_forward_hidden": (
-            "ex10_head_forward",
-            head_answer(mask="pass"),
-            "no causal mask: the head looks at the future",
-        ),
-        "test10_prev_token_loss_hidden": (
-            "ex10_prev_token_loss",
-            loss_answer(extra=', reduction="sum"'),
-            "the losses were summed instead of averaged",
-        ),
-        "test10_train_head_hidden": (
-            "ex10_train_head",
-            train_answer("p += lr * p.grad\np.grad = None"),
-            "the loss rose instead of falling",
-        ),
-    },
-    "unscaled_unshifted": {
-        "test10_head_forward_hidden": (
-            "ex10_head_forward",
-            head_answer(scale="1"),
-            "the scores are not scaled",
-        ),
-        "test10_prev_token_loss_hidden": (
-            "ex10_prev_token_loss",
-            loss_answer(guesses="logits", answers="tokens"),
-            "the targets are not shifted: every position names its own token",
-        ),
-        "test10_train_head_hidden": (  # a loop that computes the unshifted loss itself
-            "ex10_train_head",
-            train_answer().replace(
-                "loss = prev_token_loss(logits, tokens)",
-                "loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))",
+# {student: [(answer, diagnosis), ...]}, each answer defining one function
+WRONG_SUBMISSIONS = wrong_versions.wrong_submissions(
+    LESSON,
+    {
+        "nomask_summed_ascent": [
+            (head_answer(mask="pass"), "no causal mask: the head looks at the future"),
+            (loss_answer(extra=', reduction="sum"'), "the losses were summed instead of averaged"),
+            (train_answer("p += lr * p.grad\np.grad = None"), "the loss rose instead of falling"),
+        ],
+        "unscaled_unshifted": [
+            (head_answer(scale="1"), "the scores are not scaled"),
+            (
+                loss_answer(guesses="logits", answers="tokens"),
+                "the targets are not shifted: every position names its own token",
             ),
-            "the head learned to look at the current token",
-        ),
+            (  # a loop that computes the unshifted loss itself
+                train_answer().replace(
+                    "loss = prev_token_loss(logits, tokens)",
+                    "loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))",
+                ),
+                "the head learned to look at the current token",
+            ),
+        ],
+        "dim2_nextword_rebinding": [
+            (head_answer(dim="-2"), "the softmax runs over dim -2"),
+            (
+                loss_answer(guesses="logits[..., :-1, :]", answers="tokens[..., 1:]"),
+                "shifted the wrong way: every position names the next token",
+            ),
+            (train_answer("p = p - lr * p.grad\np.grad = None"), "the loss never fell"),
+        ],
+        "no_wo_softmax_first": [
+            (head_answer(logits="A @ V"), "W_o was not applied"),
+            (
+                loss_answer(scores="torch.softmax(guesses.reshape(-1, logits.shape[-1]), dim=-1)"),
+                "the softmax was applied before cross_entropy",
+            ),
+        ],
+        "no_reset": [
+            (train_answer("p -= lr * p.grad"), "the loss fell, then blew up"),
+        ],
+        "only_values_trained": [
+            (
+                train_answer('if name in ("W_v", "W_o"):\n    p -= lr * p.grad\np.grad = None'),
+                "the loss fell but no attention pattern formed",
+            ),
+        ],
+        "rolled_targets": [
+            (
+                loss_answer(guesses="logits", answers="tokens.roll(1, dims=-1)"),
+                "torch.roll wrapped the last token around to position 0",
+            ),
+        ],
     },
-    "dim2_nextword_rebinding": {
-        "test10_head_forward_hidden": (
-            "ex10_head_forward",
-            head_answer(dim="-2"),
-            "the softmax runs over dim -2",
-        ),
-        "test10_prev_token_loss_hidden": (
-            "ex10_prev_token_loss",
-            loss_answer(guesses="logits[..., :-1, :]", answers="tokens[..., 1:]"),
-            "shifted the wrong way: every position names the next token",
-        ),
-        "test10_train_head_hidden": (
-            "ex10_train_head",
-            train_answer("p = p - lr * p.grad\np.grad = None"),
-            "the loss never fell",
-        ),
-    },
-    "no_wo_softmax_first": {
-        "test10_head_forward_hidden": (
-            "ex10_head_forward",
-            head_answer(logits="A @ V"),
-            "W_o was not applied",
-        ),
-        "test10_prev_token_loss_hidden": (
-            "ex10_prev_token_loss",
-            loss_answer(scores="torch.softmax(guesses.reshape(-1, logits.shape[-1]), dim=-1)"),
-            "the softmax was applied before cross_entropy",
-        ),
-    },
-    "no_reset": {
-        "test10_train_head_hidden": (
-            "ex10_train_head",
-            train_answer("p -= lr * p.grad"),
-            "the loss fell, then blew up",
-        ),
-    },
-    "only_values_trained": {
-        "test10_train_head_hidden": (
-            "ex10_train_head",
-            train_answer('if name in ("W_v", "W_o"):\n    p -= lr * p.grad\np.grad = None'),
-            "the loss fell but no attention pattern formed",
-        ),
-    },
-    "rolled_targets": {
-        "test10_prev_token_loss_hidden": (
-            "ex10_prev_token_loss",
-            loss_answer(guesses="logits", answers="tokens.roll(1, dims=-1)"),
-            "torch.roll wrapped the last token around to position 0",
-        ),
-    },
-}
+)
 
 
 def _run_answer(source: str, name: str):
-    namespace = {
-        "torch": torch,
-        "math": math,
-        "F": F,
+    helpers = {
         "init_params": ref.init_params,
         "make_batch": ref.make_batch,
         "embed": ref.embed,
         "BATCH": ref.BATCH,
     }
-    exec(source, namespace)
-    return namespace[name]
+    return wrong_versions.answer_function(source, name, helpers)
 
 
 def test_every_known_mistake_has_a_student_answer_here():
@@ -393,23 +329,7 @@ def test_every_known_mistake_has_a_student_answer_here():
     ids=lambda x: x if isinstance(x, str) and len(x) < 60 and "\n" not in x else "",
 )
 def test_student_answers_are_named_in_process(name, source, diagnosis):
-    with pytest.raises(AssertionError) as info:
-        grader.check(name, _run_answer(source, name))
-    assert f"Diagnosis: {diagnosis}." in str(info.value), str(info.value)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("student", sorted(WRONG_SUBMISSIONS))
-def test_wrong_versions_lose_hidden_points_and_are_named(student, built_course):
-    checks = WRONG_SUBMISSIONS[student]
-    answers = solution_sources(LESSON) | {cell: answer for cell, answer, _ in checks.values()}
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
-    for hidden, (_, _, diagnosis) in checks.items():
-        assert grades[hidden][0] == 0 < grades[hidden][1], (hidden, grades)
-        message = cell_error(course.autograded_path(LESSON, student), hidden)
-        assert "What differs:" in message, message
-        assert f"Diagnosis: {diagnosis}." in message, message
+    wrong_versions.assert_named_in_process(name, _run_answer(source, name), diagnosis)
 
 
 RIGHT_SUBMISSIONS = {
@@ -444,11 +364,7 @@ def train_head(steps=200, lr=1.0, seed=0):
 """,
     },
 }
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("student", sorted(RIGHT_SUBMISSIONS))
-def test_correct_but_different_versions_get_full_marks(student, built_course):
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", RIGHT_SUBMISSIONS[student]), LESSON, student)
-    result = course.autograde(LESSON, student)
-    assert result["score"] == result["max_score"] > 0, result["grades"]
+(
+    test_wrong_versions_lose_hidden_points_and_are_named,
+    test_correct_but_different_versions_get_full_marks,
+) = wrong_versions.submission_tests(LESSON, WRONG_SUBMISSIONS, RIGHT_SUBMISSIONS)

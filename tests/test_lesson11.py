@@ -10,28 +10,20 @@ correct ways (FlashAttention-1 style normalising, query tiles, a running logsume
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import grader
-from grader import course
-from grader.beyond import l11_cost as ref
-from grader.beyond.l11_cost import Rule, note_of, watched
+from grader.lessons import l11_cost as ref
+from grader.lessons.l11_cost import Rule, note_of, watched
+from tests import wrong_versions
 from tests.conftest import DEVICES
-from tests.nbtools import ROOT, cell_error, filled, run_and_read, solution_sources, submit
+from tests.solutions import read_solution
+from tests.tensors import draw, tol
 
 LESSON = "11_cost"
-
-
-def draw(*shape, seed, device, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
-
-
-def tol(dtype):
-    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
 
 
 # ------------------------------------------------------------------- the reference
@@ -135,32 +127,27 @@ def test_the_watch_writes_nothing_and_leaves_results_ordinary_to_compare(capfd):
 # ------------------------------------------------------- the lesson's own numbers
 
 
+# `name = expression` lines: each expression is read back from the solution notebook once it has run
+NOTEBOOK_VALUES = r"""
+plain_bytes = {str(k): v for k, v in plain_bytes.items()}
+plain_seconds = {str(k): v for k, v in plain_seconds.items()}
+layer_gib = layer_bytes / 2**30
+walk = walk
+m_l = [m_direct, l_direct]
+z = z
+stats_z = [t.item() for t in online_softmax_stats(z, 4)]
+o_blocks = o_blocks
+o_direct = o_direct
+rows = rows
+tiled_bytes = {str(k): v for k, v in tiled_bytes.items()}
+speed = speed
+slider_warnings = exec('import warnings\nwith warnings.catch_warnings(record=True) as _w:\n    warnings.simplefilter("always")\n    show_block_size(2048)\n_n_warnings = len(_w)') or _n_warnings
+"""
+
+
 @pytest.mark.slow
 def test_lesson_computes_the_numbers_it_states(record_property):
-    start = time.perf_counter()
-    values = run_and_read(
-        ROOT / "solutions" / LESSON / f"{LESSON}.ipynb",
-        {
-            "plain_bytes": "{str(k): v for k, v in plain_bytes.items()}",
-            "plain_seconds": "{str(k): v for k, v in plain_seconds.items()}",
-            "layer_gib": "layer_bytes / 2**30",
-            "walk": "walk",
-            "m_l": "[m_direct, l_direct]",
-            "z": "z",
-            "stats_z": "[t.item() for t in online_softmax_stats(z, 4)]",
-            "o_blocks": "o_blocks",
-            "o_direct": "o_direct",
-            "rows": "rows",
-            "tiled_bytes": "{str(k): v for k, v in tiled_bytes.items()}",
-            "speed": "speed",
-            "slider_warnings": "exec('import warnings\\nwith warnings.catch_warnings(record=True) as _w:\\n"
-            '    warnings.simplefilter("always")\\n    show_block_size(2048)\\n_n_warnings = len(_w)\')'
-            " or _n_warnings",
-        },
-    )
-    lesson_seconds = time.perf_counter() - start
-    record_property("lesson_seconds", lesson_seconds)
-    print(f"\nlesson 11 ran in {lesson_seconds:.1f} s (kernel start included)")
+    values = read_solution(LESSON, NOTEBOOK_VALUES, record_property)
 
     # memory, measured: the largest tensor is the T x T matrix, 4x per doubling
     assert values["plain_bytes"] == {str(T): T * T * 4 for T in (256, 512, 1024, 2048)}
@@ -199,20 +186,18 @@ def test_lesson_computes_the_numbers_it_states(record_property):
 
 STATS = """
 def online_softmax_stats(Z, block_size):
-    m = torch.full(Z.shape[:-1], {start}, dtype=Z.dtype, device=Z.device)
+    m = torch.full(Z.shape[:-1], {start=float("-inf")}, dtype=Z.dtype, device=Z.device)
     l = torch.zeros(Z.shape[:-1], dtype=Z.dtype, device=Z.device)
-    for start in range(0, {stop}, block_size):
+    for start in range(0, {stop=Z.shape[-1]}, block_size):
         block = Z[..., start:start + block_size]
         m_new = torch.maximum(m, block.amax(dim=-1))
-        l = {update}
+        l = {update=l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)}
         m = m_new
     return m, l
 """
-RESCALED = "l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)"
 
 
-def stats_answer(start='float("-inf")', stop="Z.shape[-1]", update=RESCALED):
-    return STATS.format(start=start, stop=stop, update=update)
+stats_answer = wrong_versions.answer_maker(STATS)
 
 
 STATS_WHOLE_ROW = """
@@ -228,34 +213,25 @@ def tiled_attention(Q, K, V, block_size, causal=False):
     l = torch.zeros((*Q.shape[:-1], 1), dtype=Q.dtype, device=Q.device)
     acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
     rows = torch.arange(T_q, device=Q.device)[:, None]
-    for start in range(0, {stop}, block_size):
+    for start in range(0, {stop=T_k}, block_size):
         K_b = K[..., start:start + block_size, :]
         V_b = V[..., start:start + block_size, :]
-        S_b = Q @ K_b.transpose(-2, -1) / {scale}
+        S_b = Q @ K_b.transpose(-2, -1) / {scale=math.sqrt(Q.shape[-1])}
         if causal:
-            cols = torch.arange({first}, {first} + K_b.shape[-2], device=Q.device)[None, :]
+            cols = torch.arange({first=start}, {first} + K_b.shape[-2], device=Q.device)[None, :]
             S_b = S_b.masked_fill(cols > rows, float("-inf"))
         m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))
-        factor = {factor}
-        P = {P}
+        factor = {factor=torch.exp(m - m_new)}
+        P = {P=torch.exp(S_b - m_new)}
         l = l * factor + P.sum(dim=-1, keepdim=True)
         acc = acc * factor + P @ V_b
-        {inside}
+        {inside=pass}
         m = m_new
-    return {result}
+    return {result=acc / l}
 """
 
 
-def tiled_answer(
-    stop="T_k",
-    scale="math.sqrt(Q.shape[-1])",
-    first="start",
-    factor="torch.exp(m - m_new)",
-    P="torch.exp(S_b - m_new)",
-    inside="pass",
-    result="acc / l",
-):
-    return TILED.format(stop=stop, scale=scale, first=first, factor=factor, P=P, inside=inside, result=result)
+tiled_answer = wrong_versions.answer_maker(TILED)
 
 
 TILED_FULL = """
@@ -272,84 +248,61 @@ def tiled_attention(Q, K, V, block_size, causal=False):
     return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
 """
 
-STATS_HIDDEN, TILED_HIDDEN = "test11_online_softmax_stats_hidden", "test11_tiled_attention_hidden"
 STATS_CELL, TILED_CELL = "ex11_online_softmax_stats", "ex11_tiled_attention"
 
-# {student: {hidden test: (answer cell, answer, diagnosis)}}: one wrong version of each function
-WRONG_SUBMISSIONS = {
-    "no_rescale": {
-        STATS_HIDDEN: (
-            STATS_CELL,
-            stats_answer(update="l + torch.exp(block - m_new[..., None]).sum(dim=-1)"),
-            "the running sum is not rescaled when the max changes",
-        ),
-        TILED_HIDDEN: (
-            TILED_CELL,
-            tiled_answer(factor="1.0"),
-            "the running sum and output are not rescaled when the max changes",
-        ),
+# {student: [(answer, diagnosis), ...]}: one wrong version of each function
+WRONG_SUBMISSIONS = wrong_versions.wrong_submissions(
+    LESSON,
+    {
+        "no_rescale": [
+            (
+                stats_answer(update="l + torch.exp(block - m_new[..., None]).sum(dim=-1)"),
+                "the running sum is not rescaled when the max changes",
+            ),
+            (tiled_answer(factor="1.0"), "the running sum and output are not rescaled when the max changes"),
+        ],
+        "no_max": [
+            (
+                stats_answer(update="l + torch.exp(block).sum(dim=-1)"),
+                "the running max is not subtracted (overflow)",
+            ),
+            (tiled_answer(factor="1.0", P="torch.exp(S_b)"), "the running max is not subtracted (overflow)"),
+        ],
+        "upside_down_divided_inside": [
+            (
+                stats_answer(
+                    update="l * torch.exp(m_new - m) + torch.exp(block - m_new[..., None]).sum(dim=-1)"
+                ),
+                "the rescale factor is upside down",
+            ),
+            (
+                tiled_answer(inside="acc = acc / l", result="acc"),
+                "the output was divided by the sum inside the loop",
+            ),
+        ],
+        "max_from_zero_local_mask": [
+            (stats_answer(start="0.0"), "the running max started at 0 instead of -inf"),
+            (tiled_answer(first="0"), "the causal mask uses positions inside the block"),
+        ],
+        "last_block_dropped": [
+            (
+                stats_answer(stop="Z.shape[-1] // block_size * block_size"),
+                "the last partial block is dropped",
+            ),
+            (tiled_answer(stop="T_k // block_size * block_size"), "the last partial block is dropped"),
+        ],
+        "whole_rows_full_matrix": [
+            (STATS_WHOLE_ROW, "the whole row was read at once"),
+            (TILED_FULL, "the full score matrix was formed"),
+        ],
+        "unscaled": [
+            (tiled_answer(scale="1"), "the scores are not scaled"),
+        ],
+        "sdpa": [
+            (TILED_SDPA, "scaled_dot_product_attention was called"),
+        ],
     },
-    "no_max": {
-        STATS_HIDDEN: (
-            STATS_CELL,
-            stats_answer(update="l + torch.exp(block).sum(dim=-1)"),
-            "the running max is not subtracted (overflow)",
-        ),
-        TILED_HIDDEN: (
-            TILED_CELL,
-            tiled_answer(factor="1.0", P="torch.exp(S_b)"),
-            "the running max is not subtracted (overflow)",
-        ),
-    },
-    "upside_down_divided_inside": {
-        STATS_HIDDEN: (
-            STATS_CELL,
-            stats_answer(update="l * torch.exp(m_new - m) + torch.exp(block - m_new[..., None]).sum(dim=-1)"),
-            "the rescale factor is upside down",
-        ),
-        TILED_HIDDEN: (
-            TILED_CELL,
-            tiled_answer(inside="acc = acc / l", result="acc"),
-            "the output was divided by the sum inside the loop",
-        ),
-    },
-    "max_from_zero_local_mask": {
-        STATS_HIDDEN: (STATS_CELL, stats_answer(start="0.0"), "the running max started at 0 instead of -inf"),
-        TILED_HIDDEN: (
-            TILED_CELL,
-            tiled_answer(first="0"),
-            "the causal mask uses positions inside the block",
-        ),
-    },
-    "last_block_dropped": {
-        STATS_HIDDEN: (
-            STATS_CELL,
-            stats_answer(stop="Z.shape[-1] // block_size * block_size"),
-            "the last partial block is dropped",
-        ),
-        TILED_HIDDEN: (
-            TILED_CELL,
-            tiled_answer(stop="T_k // block_size * block_size"),
-            "the last partial block is dropped",
-        ),
-    },
-    "whole_rows_full_matrix": {
-        STATS_HIDDEN: (STATS_CELL, STATS_WHOLE_ROW, "the whole row was read at once"),
-        TILED_HIDDEN: (TILED_CELL, TILED_FULL, "the full score matrix was formed"),
-    },
-    "unscaled": {
-        TILED_HIDDEN: (TILED_CELL, tiled_answer(scale="1"), "the scores are not scaled"),
-    },
-    "sdpa": {
-        TILED_HIDDEN: (TILED_CELL, TILED_SDPA, "scaled_dot_product_attention was called"),
-    },
-}
-
-
-def _run_answer(source: str, name: str):
-    namespace = {"torch": torch, "math": math, "F": F}
-    exec(source, namespace)
-    return namespace[name]
+)
 
 
 def test_every_known_mistake_has_a_student_answer_here():
@@ -372,23 +325,7 @@ def test_every_known_mistake_has_a_student_answer_here():
     ],
 )
 def test_student_answers_are_named_in_process(name, source, diagnosis):
-    with pytest.raises(AssertionError) as info:
-        grader.check(name, _run_answer(source, name))
-    assert f"Diagnosis: {diagnosis}." in str(info.value), str(info.value)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("student", sorted(WRONG_SUBMISSIONS))
-def test_wrong_versions_lose_hidden_points_and_are_named(student, built_course):
-    checks = WRONG_SUBMISSIONS[student]
-    answers = solution_sources(LESSON) | {cell: answer for cell, answer, _ in checks.values()}
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
-    grades = course.autograde(LESSON, student)["grades"]
-    for hidden, (_, _, diagnosis) in checks.items():
-        assert grades[hidden][0] == 0 < grades[hidden][1], (hidden, grades)
-        message = cell_error(course.autograded_path(LESSON, student), hidden)
-        assert "What differs:" in message, message
-        assert f"Diagnosis: {diagnosis}." in message, message
+    wrong_versions.assert_named_in_process(name, wrong_versions.answer_function(source, name), diagnosis)
 
 
 FLASH_1 = """
@@ -451,6 +388,10 @@ RIGHT_SUBMISSIONS = {
     "flash1_logsumexp": {TILED_CELL: FLASH_1, STATS_CELL: RUNNING_LOGSUMEXP},
     "query_tiles": {TILED_CELL: QUERY_TILES},
 }
+(
+    test_wrong_versions_lose_hidden_points_and_are_named,
+    test_correct_but_different_versions_get_full_marks,
+) = wrong_versions.submission_tests(LESSON, WRONG_SUBMISSIONS, RIGHT_SUBMISSIONS, right_with_solutions=True)
 
 
 @pytest.mark.parametrize(
@@ -462,13 +403,4 @@ RIGHT_SUBMISSIONS = {
     ],
 )
 def test_other_correct_ways_pass_in_process(name, source):
-    grader.check(name, _run_answer(source, name))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("student", sorted(RIGHT_SUBMISSIONS))
-def test_correct_but_different_versions_get_full_marks(student, built_course):
-    answers = solution_sources(LESSON) | RIGHT_SUBMISSIONS[student]
-    submit(filled(built_course / LESSON / f"{LESSON}.ipynb", answers), LESSON, student)
-    result = course.autograde(LESSON, student)
-    assert result["score"] == result["max_score"] > 0, result["grades"]
+    grader.check(name, wrong_versions.answer_function(source, name))

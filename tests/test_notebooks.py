@@ -86,3 +86,118 @@ def test_lesson_shows_its_total_points(lesson):
     assert f"**Points: {total}**" in nb.cells[0].source, (
         f"{lesson}: the first cell should show 'Points: {total}'"
     )
+
+
+def _run_student_notebook(lesson: str, monkeypatch, grading: str | None) -> nbformat.NotebookNode:
+    """The student notebook as handed out (every exercise a stub), run top to bottom, errors kept."""
+    from nbclient import NotebookClient
+
+    if grading is None:
+        monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    else:
+        monkeypatch.setenv("NBGRADER_EXECUTION", grading)
+    path = ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
+    return nb
+
+
+def _exercises(nb: nbformat.NotebookNode) -> list[str]:
+    return [
+        c.metadata["nbgrader"]["grade_id"].split("_", 1)[1]
+        for c in nb.cells
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")
+    ]
+
+
+def _text(cell) -> str:
+    return "".join(out.get("text", "") for out in cell.get("outputs", []) if out.output_type == "stream")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_run_all_with_nothing_implemented_reaches_every_explorer(lesson, monkeypatch):
+    """A student who runs every cell before writing anything sees each explorer and what is left to do."""
+    nb = _run_student_notebook(lesson, monkeypatch, grading=None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", (
+                f"{lesson}:{cell.id} stopped Run All: {out.ename}: {out.evalue}"
+            )
+    checks = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert checks, f"{lesson} has no check cells"
+    for cell in checks:
+        assert "not done yet: `" in _text(cell) and "is still a stub" in _text(cell), (
+            f"{lesson}:{cell.id} should say that the exercise is not done yet, got {_text(cell)!r}"
+        )
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "from attention_course.explorers import" in cell.source:
+            assert cell.outputs, f"{lesson}:{cell.id}: the explorer showed nothing"
+    summary = next(c for c in nb.cells if c.get("id") == "where-you-stand")
+    assert nb.cells[-1] is summary, f"{lesson}: the summary should be the last cell"
+    text = _text(summary)
+    assert f"Where you stand: 0 of {len(checks)} visible checks pass." in text, text
+    for name in _exercises(nb):
+        assert f"`{name}`: not done yet: still a stub" in text, (
+            f"{lesson}: the summary does not list {name}:\n{text}"
+        )
+    assert "Still to do: " + ", ".join(f"`{name}`" for name in _exercises(nb)) + "." in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_graded_run_of_an_untouched_notebook_still_fails_every_check(lesson, monkeypatch):
+    """While a notebook is graded a stub fails its checks as before: only the student's session changes."""
+    nb = _run_student_notebook(lesson, monkeypatch, grading="autograde")
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            errors = [out for out in cell.outputs if out.output_type == "error"]
+            assert errors and errors[0].ename == "NotImplementedError", f"{lesson}:{cell.id} did not fail"
+            assert "not done yet" not in _text(cell)
+    assert _text(nb.cells[-1]) == "", "the summary stays silent while a notebook is graded"
+
+
+STUB_CELL = """
+from attention_course.checks import diagnosed, where_you_stand
+
+def mix(A, V):
+    raise NotImplementedError()
+
+with diagnosed("mix", mix):
+    mix(1, 2)
+"""
+
+
+def test_a_stub_says_not_done_yet_only_outside_grading(monkeypatch, capsys):
+    """In the student's session a stub's check prints a box; graded, or for any other error, it raises."""
+    from attention_course import diagnosis
+
+    monkeypatch.setattr(diagnosis, "CHECKS", {})
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    cell = {"__name__": "__main__"}
+    exec(compile(STUB_CELL, "<cell>", "exec"), cell)
+    assert "not done yet: `mix` is still a stub." in capsys.readouterr().out
+    cell["where_you_stand"]("mix", "softmax")
+    summary = capsys.readouterr().out
+    assert "Where you stand: 0 of 1 visible checks pass." in summary
+    assert "`mix`: not done yet: still a stub" in summary and "`softmax`: no check has run yet" in summary
+    with pytest.raises(NotImplementedError):  # raised outside a notebook function: not a stub
+        with cell["diagnosed"]("mix", cell["mix"]):
+            raise NotImplementedError()
+    exec("def softmax(Z):\n    raise NotImplementedError('no kernel for this dtype')\n", cell)
+    with pytest.raises(NotImplementedError):  # an error that says what it cannot do is not a stub
+        with cell["diagnosed"]("softmax", cell["softmax"]):
+            cell["softmax"](1)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(NotImplementedError):
+        with cell["diagnosed"]("mix", cell["mix"]):
+            cell["mix"](1, 2)
+    capsys.readouterr()
+    cell["where_you_stand"]("mix")
+    assert capsys.readouterr().out == ""

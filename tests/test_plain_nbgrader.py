@@ -44,8 +44,8 @@ SUBMISSIONS = {
         "noisy": lambda sol: _noisy(sol, "    Q = X @ W_q"),
         "wk": lambda sol: sol.replace("Q = X @ W_q", "Q = X @ W_k"),
         "reference": lambda sol: (
-            "import grader.reference\n\n\ndef project(X, W_q, W_k, W_v):\n"
-            "    return grader.reference.project(X, W_q, W_k, W_v)\n"
+            "import grader.lessons.l01_projection\n\n\ndef project(X, W_q, W_k, W_v):\n"
+            "    return grader.lessons.l01_projection.project(X, W_q, W_k, W_v)\n"
         ),
         "isclose": lambda sol: (
             sol.replace("Q = X @ W_q", "Q = X @ W_k") + "\nimport torch\n"
@@ -111,7 +111,7 @@ def test_the_course_config_names_the_tools_preprocessors():
 
 @pytest.mark.parametrize("lesson", [L1, L5])
 def test_a_correct_answer_that_writes_to_stderr_gets_full_marks_and_a_note(graded, lesson):
-    result = course.scores(lesson, PREFIX + "noisy")
+    result = course.gradebook_scores(lesson, PREFIX + "noisy")
     assert result["score"] == result["max_score"] > 0, result["grades"]
     for grade_id in result["grades"]:
         cell = _cell(lesson, "noisy", grade_id)
@@ -133,7 +133,7 @@ def test_a_long_stderr_trace_is_shortened(graded):
 
 
 def test_a_wrong_answer_gets_the_hidden_diagnosis(graded):
-    result = course.scores(L1, PREFIX + "wk")
+    result = course.gradebook_scores(L1, PREFIX + "wk")
     assert result["grades"]["test01_project_hidden"][0] == 0
     assert result["grades"]["test01_project_values"][0] == 0
     assert result["score"] == 1
@@ -142,12 +142,12 @@ def test_a_wrong_answer_gets_the_hidden_diagnosis(graded):
 
 
 def test_the_hidden_reference_cannot_be_borrowed(graded):
-    result = course.scores(L1, PREFIX + "reference")
+    result = course.gradebook_scores(L1, PREFIX + "reference")
     assert result["score"] == 0, result["grades"]
 
 
 def test_patching_comparisons_earns_nothing(graded):
-    result = course.scores(L1, PREFIX + "isclose")
+    result = course.gradebook_scores(L1, PREFIX + "isclose")
     assert result["score"] == 1, result["grades"]
     assert result["grades"]["test01_project_hidden"][0] == 0
 

@@ -7,9 +7,9 @@ import textwrap
 import pytest
 
 import grader
-from attention_course.explorers import backend
+from attention_course.explorers import choosing
 from grader import course
-from grader.classroom import release, static
+from grader.classroom import release, tamper_scan
 
 # the working versions the explorers used to ship, by the names a student could import them under
 FORMER_BUILTINS = (
@@ -48,9 +48,9 @@ def _stub(*args, **kwargs):
 def test_importing_a_former_builtin_earns_nothing_and_is_flagged(name):
     code = f"from attention_course.explorers.backend import builtin_{name} as {name}"
     assert _points(name, code) == 0
-    assert f"uses the course's helper code as an answer ({name})" in static.scan([code])
+    assert f"uses the course's helper code as an answer ({name})" in tamper_scan.scan([code])
     # what an explorer runs in place of a stub is no function a student can hand in either
-    stand_in = backend.choose(name, _stub).fn
+    stand_in = choosing.choose(name, _stub).fn
     with pytest.raises(AssertionError, match="should be a function"):
         grader.check(name, stand_in)
 
@@ -64,7 +64,7 @@ def test_importing_a_former_builtin_earns_nothing_and_is_flagged(name):
     ],
 )
 def test_a_graded_function_wrapped_around_the_helpers_is_flagged(code):
-    assert "uses the course's helper code as an answer (mix)" in static.scan([code])
+    assert "uses the course's helper code as an answer (mix)" in tamper_scan.scan([code])
 
 
 def test_the_lessons_own_use_of_the_helpers_is_not_flagged():
@@ -73,7 +73,7 @@ def test_the_lessons_own_use_of_the_helpers_is_not_flagged():
         "from attention_course.explorers import stage_stepper\nstage_stepper(attention=attention)",
         "def project(X, W_q, W_k, W_v):\n    return X @ W_q, X @ W_k, X @ W_v",
     ]
-    assert static.scan(cells) == []
+    assert tamper_scan.scan(cells) == []
 
 
 @pytest.mark.slow

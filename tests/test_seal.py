@@ -23,7 +23,7 @@ import pytest
 
 from grader import course
 from grader.classroom import kernels, seal
-from grader.classroom.zygote import Zygote
+from grader.classroom.fork_server import ForkServer
 
 pytestmark = pytest.mark.slow
 SEALED, WHY = seal.available()
@@ -106,9 +106,9 @@ def listener():
 
 
 @pytest.fixture(scope="module")
-def sealed_zygote(tmp_path_factory):
+def sealed_fork_server(tmp_path_factory):
     area = tmp_path_factory.mktemp("sealed-area")
-    z = Zygote(kernels.kernel_env(None), sealed_area=str(area))
+    z = ForkServer(kernels.kernel_env(None), sealed_area=str(area))
     yield z
     z.close()
 
@@ -123,13 +123,13 @@ def kernel_settings():
 
 
 def _run(
-    cells: list[str], cwd: Path, settings: kernels.KernelSettings, zygote: Zygote | None
+    cells: list[str], cwd: Path, settings: kernels.KernelSettings, fork_server: ForkServer | None
 ) -> nbformat.NotebookNode:
     from nbclient import NotebookClient
 
-    settings.zygote = zygote
-    if zygote is not None:  # the tool's layout: the kernel works in a folder the sealed zygote shows
-        area = Path(zygote.sealed_area)
+    settings.fork_server = fork_server
+    if fork_server is not None:  # the tool's layout: the kernel works where the sealed fork server sees
+        area = Path(fork_server.sealed_area)
         settings.area = str(area)
         cwd = area / f"job-{uuid.uuid4().hex[:8]}"
         cwd.mkdir()
@@ -154,7 +154,7 @@ LAUNCHES = ["fork", "bwrap"]
 @needs_seal
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
-    launch, course_like, listener, kernel_settings, sealed_zygote
+    launch, course_like, listener, kernel_settings, sealed_fork_server
 ):
     work, mine = course_like
     home = Path.home()
@@ -171,8 +171,8 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
         "home": str(home),
     }
     port = listener.getsockname()[1]
-    zygote = sealed_zygote if launch == "fork" else None
-    nb = _run([_probe_cell(paths, port)], mine, kernel_settings, zygote)
+    fork_server = sealed_fork_server if launch == "fork" else None
+    nb = _run([_probe_cell(paths, port)], mine, kernel_settings, fork_server)
     seen = _seen(nb)
     for name in ("grader", "solutions", "gradebook", "other submission"):
         assert seen[name] == "absent", f"{name} is visible in the seal: {seen[name]}"
@@ -189,7 +189,7 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
 @needs_seal
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_background_process_does_not_outlive_the_notebook(
-    launch, course_like, kernel_settings, sealed_zygote
+    launch, course_like, kernel_settings, sealed_fork_server
 ):
     _, mine = course_like
     marker = f"{600 + int(time.time() * 1000) % 1000}.{os.getpid() % 1000}"  # a sleep nobody else runs
@@ -200,12 +200,12 @@ def test_background_process_does_not_outlive_the_notebook(
         "time.sleep(0.2)\n"
         "print('running' if p.poll() is None else 'not running')"
     )
-    zygote = sealed_zygote if launch == "fork" else None
+    fork_server = sealed_fork_server if launch == "fork" else None
     try:
-        nb = _run([start], mine, kernel_settings, zygote)
+        nb = _run([start], mine, kernel_settings, fork_server)
         assert "'running" in str(nb.cells[0].outputs), nb.cells[0].outputs
-        if zygote is not None:
-            zygote.reset()  # what a job does when its notebook ends (autograde._kill_kernels)
+        if fork_server is not None:
+            fork_server.reset()  # what a job does when its notebook ends (autograde._kill_kernels)
         deadline = time.monotonic() + 5
         while _alive(marker) and time.monotonic() < deadline:
             time.sleep(0.05)

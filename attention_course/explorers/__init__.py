@@ -6,11 +6,20 @@ Put one as the last line of a cell::
     head_dimension_explorer(scaled_scores=scaled_scores)
 
 Pass the functions you wrote in the lesson. While one is still a stub the explorer
-says so and shows the course's built-in version instead, clearly labelled. Without
-a widget front end an explorer shows a static picture of its default setting.
+says so and shows the course's built-in version instead, clearly labelled. Each
+explorer also leaves a picture of its starting setting and its readout in the saved
+notebook, readable without a widget front end (GitHub, nbviewer, HTML exports).
 While a notebook is being graded (``NBGRADER_EXECUTION`` set) explorers do nothing.
 
 Importing this package draws nothing and imports neither Matplotlib nor ipywidgets.
+
+Where each explorer lives (its computation, figure and widget in one module):
+``head_dimension``, ``sharpness``, ``stepper`` (stage stepper), ``explainer`` (row
+follower and cell explainer), ``masks`` (mask explorer), ``pipeline`` (pipeline view).
+What they share: ``choosing`` (the student's function or the built-in one), ``stages``
+(one head in stages, each cell's arithmetic in words), ``base`` (``Explorer``,
+``Skipped``), ``drawing`` (figures redrawn in place, PNG bytes, font sizes) and
+``numeric`` (number formatting, entropy).
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ __all__ = [
     "stage_stepper",
     "cell_explainer",
     "row_follower",
+    "mask_explorer",
+    "pipeline_view",
 ]
 
 
@@ -50,12 +61,13 @@ def head_dimension_explorer(
     ``seed`` and ``row`` pick the sample and the followed query row (the defaults
     saturate at d_k = 64 unscaled).
     """
-    from .widgets import HeadDimensionExplorer, Skipped
+    from .base import Skipped
+    from .head_dimension import HeadDimensionExplorer
 
     if _grading():
         return Skipped(HeadDimensionExplorer.title)
-    from .backend import one_thread
-    from .compute import HEAD_ROW, HEAD_SEED
+    from .choosing import one_thread
+    from .head_dimension import HEAD_ROW, HEAD_SEED
 
     with one_thread():
         return HeadDimensionExplorer(
@@ -77,8 +89,9 @@ def sharpness_explorer(soft_lookup: Callable | None = None, *, sharpness: float 
     the follow-up questions are one click each. ``soft_lookup(query, keys, values,
     sharpness) -> (weights, output)`` does the look-up.
     """
-    from .backend import one_thread
-    from .widgets import SharpnessExplorer, Skipped
+    from .base import Skipped
+    from .choosing import one_thread
+    from .sharpness import SharpnessExplorer
 
     if _grading():
         return Skipped(SharpnessExplorer.title)
@@ -107,8 +120,9 @@ def stage_stepper(
     is "love_cats" (no mask) or "cat_sat" (causal mask). Every function you pass is
     used where it runs; ``attention(Q, K, V, mask) -> (O, A)`` supplies A and O.
     """
-    from .backend import one_thread
-    from .widgets import Skipped, StageStepper
+    from .base import Skipped
+    from .choosing import one_thread
+    from .stepper import StageStepper
 
     if _grading():
         return Skipped(StageStepper.title)
@@ -147,8 +161,9 @@ def cell_explainer(
     click it to keep the explanation and see which cells fed it. Choose a token to
     follow its row through every matrix. Default example: "The cat sat on the".
     """
-    from .backend import one_thread
-    from .widgets import CellExplainer, Skipped
+    from .base import Skipped
+    from .choosing import one_thread
+    from .explainer import CellExplainer
 
     if _grading():
         return Skipped(CellExplainer.title)
@@ -167,3 +182,72 @@ def cell_explainer(
 
 
 row_follower = cell_explainer
+
+
+def mask_explorer(
+    causal_mask: Callable | None = None,
+    padding_mask: Callable | None = None,
+    apply_mask: Callable | None = None,
+    *,
+    T: int = 5,
+    lengths: tuple[int, ...] = (5, 3, 2),
+):
+    """Lesson 04: the causal mask, a padded batch whose lengths you drag, and the scores each mask hides.
+
+    Shows the causal mask (T x T), each sequence's padding mask and its scaled scores
+    after the combined mask (causal AND padding), hidden cells as -inf, with a readout
+    in words. ``causal_mask(T)``, ``padding_mask(lengths, T)`` and ``apply_mask(S, allowed)``
+    are used where they run. ``lengths``: one to four sequences of "The cat sat on the".
+    """
+    from .base import Skipped
+
+    if _grading():
+        return Skipped("Mask explorer")
+    from .choosing import one_thread
+    from .masks import MaskExplorer
+
+    with one_thread():
+        return MaskExplorer(
+            T=T, lengths=lengths, causal_mask=causal_mask, padding_mask=padding_mask, apply_mask=apply_mask
+        )
+
+
+def pipeline_view(
+    attention: Callable | None = None,
+    *,
+    example: str = "cat_sat",
+    causal: bool | None = None,
+    query: int | None = None,
+    project: Callable | None = None,
+    scores: Callable | None = None,
+    scaled_scores: Callable | None = None,
+    causal_mask: Callable | None = None,
+    apply_mask: Callable | None = None,
+    softmax: Callable | None = None,
+    mix: Callable | None = None,
+):
+    """Lesson 07: the whole head for one query, X to O side by side; click a cell to see where it came from.
+
+    Every cell of X, Q, K, V and of the query's row of scores, scaled scores, masked
+    scores, weights and output is a button: clicking it (or Enter on it) shows its
+    arithmetic and lights up the cells that fed it in every earlier stage.
+    """
+    from .base import Skipped
+
+    if _grading():
+        return Skipped("Pipeline view")
+    from .choosing import one_thread
+    from .pipeline import PipelineView
+
+    functions = dict(
+        project=project,
+        scores=scores,
+        scaled_scores=scaled_scores,
+        causal_mask=causal_mask,
+        apply_mask=apply_mask,
+        softmax=softmax,
+        mix=mix,
+        attention=attention,
+    )
+    with one_thread():
+        return PipelineView(example=example, causal=causal, query=query, **functions)

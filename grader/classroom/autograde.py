@@ -8,11 +8,11 @@ cannot reach the real one), and runs nbgrader's ``Autograde`` converter with
 three extra preprocessors:
 
 ``IndependentChecks`` (before Execute)
-    static scan of the student's code, then the trusted decision of every
+    tamper scan of the student's code, then the trusted decision of every
     test cell (``grader.classroom.trusted`` + the sandbox), before the kernel
     starts so nothing the kernel writes can reach the sandbox;
 ``GuardedExecute`` (nbgrader's Execute)
-    kernels forked from the zygote (sealed in bubblewrap where it works,
+    kernels forked from the fork server (sealed in bubblewrap where it works,
     ``grader.classroom.seal``) with a memory cap and the guard; hidden
     test blocks are left out of what the kernel runs (they run only on the
     trusted side); a dead kernel or a runaway notebook ends with outputs that
@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import guard, kernels, lessons, seal, static
-from grader.classroom.zygote import Zygote
+from grader.classroom import guard, kernels, lessons, seal, tamper_scan
+from grader.classroom.fork_server import ForkServer
 
 # ------------------------------------------------------------------ data crossing the executor
 
@@ -64,7 +64,7 @@ class Options:
     timeout: int = 60  # seconds per cell
     memory: int | None = 4 << 30  # bytes per notebook (kernel and sandbox each)
     notebook_timeout: int = 600  # seconds per submission, all in
-    kernels: str = "fork"  # "fork" (from the zygote) or "plain" (a new process each)
+    kernels: str = "fork"  # "fork" (from the fork server) or "plain" (a new process each)
     protect: list[str] = field(default_factory=list)  # paths no student code may touch (work folder, sources)
     threads: int = 1  # torch threads per notebook
 
@@ -131,23 +131,23 @@ warnings.filterwarnings("ignore", message=".*not in session.*")
 
 # ------------------------------------------------------------------ per-worker state
 
-_ZYGOTE: Zygote | None = None
+_FORK_SERVER: ForkServer | None = None
 _CONTEXT: dict[str, Any] = {}  # the job being graded (read by the preprocessors)
 
 
-def _zygote() -> Zygote:
-    global _ZYGOTE
-    if _ZYGOTE is None:
+def _fork_server() -> ForkServer:
+    global _FORK_SERVER
+    if _FORK_SERVER is None:
         env = dict(os.environ)
         env.pop("ATTENTION_COURSE_WORK", None)
-        _ZYGOTE = Zygote(env)
+        _FORK_SERVER = ForkServer(env)
         import atexit
 
-        atexit.register(_ZYGOTE.close)
-    return _ZYGOTE
+        atexit.register(_FORK_SERVER.close)
+    return _FORK_SERVER
 
 
-_SEALED: Zygote | None = None
+_SEALED: ForkServer | None = None
 _AREA: str | None = None
 
 
@@ -168,25 +168,40 @@ def _sealed_area() -> str:
     return _AREA
 
 
-def _sealed_zygote() -> Zygote:
+def _sealed_fork_server() -> ForkServer:
     """The fork server inside the seal: kernels and sandboxes of this worker are forked from it."""
     global _SEALED
     if _SEALED is None:
         env = kernels.kernel_env(None)
         env["MPLBACKEND"] = "Agg"
-        _SEALED = Zygote(env, sealed_area=_sealed_area())
+        _SEALED = ForkServer(env, sealed_area=_sealed_area())
         import atexit
 
         atexit.register(_SEALED.close)
     return _SEALED
 
 
+def _start_quietly(server: ForkServer) -> None:
+    try:
+        server.ensure()
+    except (RuntimeError, OSError):  # the first job that needs it starts it again, and says why not
+        pass
+
+
 def warm_up() -> None:
     """Start this worker's fork servers and load nbgrader now, while the other workers do the same."""
-    _zygote().ensure()
-    if seal.available()[0]:
-        _sealed_zygote().ensure()
+    import threading
+
+    servers = [_fork_server()] + ([_sealed_fork_server()] if seal.available()[0] else [])
+    # both start at once (a failed start is retried, and reported, by the first job that needs it)
+    starting = [threading.Thread(target=_start_quietly, args=(s,), daemon=True) for s in servers]
+    for thread in starting:
+        thread.start()
     import nbgrader.apps  # noqa: F401 - the slowest import of a job, done once per worker
+
+    tamper_scan.graded_names()  # the scan's names of graded functions load the registry (and torch)
+    for thread in starting:
+        thread.join()
 
 
 # ------------------------------------------------------------------ statuses
@@ -368,10 +383,10 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
         deny_imports=("grader",),
     )
     if not sealed:
-        kernels.SETTINGS.zygote = _zygote() if opts.kernels == "fork" else None
-    else:  # plain nbgrader's autograded folder is not in the sealed zygote's view: one bwrap per kernel
+        kernels.SETTINGS.fork_server = _fork_server() if opts.kernels == "fork" else None
+    else:  # plain nbgrader's autograded folder is not in the sealed fork server's view: one bwrap per kernel
         fork = opts.kernels == "fork" and _CONTEXT.get("job")
-        kernels.SETTINGS.zygote = _sealed_zygote() if fork else None
+        kernels.SETTINGS.fork_server = _sealed_fork_server() if fork else None
     kernels.SETTINGS.sealed = sealed
     kernels.SETTINGS.area = str(box / "ipc") if sealed else None
     kernels.SETTINGS.memory = opts.memory
@@ -418,7 +433,7 @@ class IndependentChecks(NbGraderPreprocessor):
             )
         ctx["flags"] += [
             s
-            for s in static.scan([c["source"] for c in student_cells if c["kind"] == "other"])
+            for s in tamper_scan.scan([c["source"] for c in student_cells if c["kind"] == "other"])
             if s not in ctx["flags"]
         ]
         trusted_dir: Path = ctx["root"] / "trusted"
@@ -469,7 +484,7 @@ def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
         }
         for path in pipes.values():
             os.mkfifo(path, 0o600)
-        box_proc = _sealed_zygote().fork(
+        box_proc = _sealed_fork_server().fork(
             "sandbox",
             cwd=str(scratch),
             env=_child_env(ctx),
@@ -478,7 +493,7 @@ def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
             log=str(box / "sandbox.log"),
             threads=opts.threads,
         )
-    proc = _zygote().fork(
+    proc = _fork_server().fork(
         "trusted",
         cwd=str(trusted_dir),
         env=_child_env(ctx),
@@ -764,10 +779,6 @@ def _stderr_as_note(outputs: list) -> list:
             continue
         out.append(o)
     return out
-
-
-def _has_error(cell: Any) -> bool:
-    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
 
 
 # ------------------------------------------------------------------ the job

@@ -39,6 +39,9 @@ class Executor:
     def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
         raise NotImplementedError
 
+    def start(self, jobs: int | None = None) -> None:
+        """Start the workers ``jobs`` will need now, before the first job (default: as jobs come)."""
+
     def close(self) -> None:
         """Stop every worker now (also used on Ctrl-C)."""
 
@@ -63,6 +66,10 @@ def _init_worker(initializer: Callable[[], None] | None) -> None:
         initializer()
 
 
+def _ready() -> None:
+    """A job that does nothing: it makes a worker start (and run its initializer) at once."""
+
+
 class LocalExecutor(Executor):
     """A pool of worker processes on this machine (spawned, so they start clean)."""
 
@@ -81,6 +88,14 @@ class LocalExecutor(Executor):
             initializer=_init_worker,
             initargs=(self._initializer,),
         )
+
+    def start(self, jobs: int | None = None) -> None:
+        """Start the workers now: each warms up (its initializer) while the caller still prepares jobs."""
+        if self._pool is None:
+            self._pool = self._new_pool()
+            # each waiting job spawns one more worker, up to the pool's size
+            for _ in range(min(self.workers, jobs or self.workers)):
+                self._pool.submit(_ready)
 
     def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
         from concurrent.futures import FIRST_COMPLETED, wait
@@ -105,7 +120,12 @@ class LocalExecutor(Executor):
                         break
                 else:
                     break
-                in_flight[self._pool.submit(fn, job)] = job
+                try:
+                    in_flight[self._pool.submit(fn, job)] = job
+                except BrokenProcessPool:  # a worker died before any job of ours ran (while warming up)
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = self._new_pool()
+                    in_flight[self._pool.submit(fn, job)] = job
             if not in_flight:
                 break
             done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)

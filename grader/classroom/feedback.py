@@ -228,20 +228,63 @@ def feedback_job(item: tuple[str, str]) -> dict:
     try:
         course.ensure_tools_on_path()
         result = course.api().generate_feedback(lesson_id, student, force=True)
-        path = feedback_path(lesson_id, student)
-        if not result["success"] or not path.exists():
+        if not result["success"] or not feedback_path(lesson_id, student).exists():
             return {"lesson": lesson_id, "student": student, "error": (result.get("log") or "")[-2000:]}
-        found = leaks(path.read_text(), lesson_id, student_code(lesson_id, student))
-        if found:
-            path.unlink()
-            return {
-                "lesson": lesson_id,
-                "student": student,
-                "error": f"hidden test code in the page: {found[:3]}",
-            }
-        return {"lesson": lesson_id, "student": student, "path": str(path)}
+        return _checked_page(lesson_id, student)
     except Exception as e:  # noqa: BLE001 - one page never stops the rest
         return {"lesson": lesson_id, "student": student, "error": f"{type(e).__name__}: {e}"}
+
+
+def _checked_page(lesson_id: str, student: str) -> dict:
+    """A page just written, checked for hidden test code (deleted if it shows any)."""
+    path = feedback_path(lesson_id, student)
+    if not path.exists():
+        return {"lesson": lesson_id, "student": student, "error": "nbgrader wrote no page"}
+    found = leaks(path.read_text(), lesson_id, student_code(lesson_id, student))
+    if found:
+        path.unlink()
+        return {
+            "lesson": lesson_id,
+            "student": student,
+            "error": f"hidden test code in the page: {found[:3]}",
+        }
+    return {"lesson": lesson_id, "student": student, "path": str(path)}
+
+
+def feedback_batch(item: tuple[str, tuple[str, ...], tuple[str, ...]]) -> list[dict]:
+    """Pages for ``students`` of one lesson in one nbgrader run (one exporter for all of them), each
+    checked for leaks; ``others`` are the lesson's other graded students, left out of the run.
+
+    If the run fails, every page is made on its own, so a page that cannot be made names itself.
+    """
+    lesson_id, students, others = item
+    if len(students) > 1:
+        try:
+            course.ensure_tools_on_path()
+            nbapi = course.api()
+            nbapi.coursedir.student_id_exclude = ",".join(others)
+            if nbapi.generate_feedback(lesson_id, "*", force=True)["success"]:
+                return [_checked_page(lesson_id, student) for student in students]
+        except Exception:  # noqa: BLE001 - made one by one below, each with its own error
+            pass
+    return [feedback_job((lesson_id, student)) for student in students]
+
+
+def _batches(pairs: list[tuple[str, str]], workers: int, most: int = 8) -> list[tuple[str, tuple, tuple]]:
+    """``pairs`` as feedback_batch items: per lesson, chunks of at most ``most`` students, enough
+    chunks to keep ``workers`` busy."""
+    by_lesson: dict[str, list[str]] = {}
+    for lesson_id, student in pairs:
+        by_lesson.setdefault(lesson_id, []).append(student)
+    items = []
+    root = course.work_dir() / "autograded"
+    for lesson_id, students in by_lesson.items():
+        graded = {nb.parent.parent.name for nb in root.glob(f"*/{lesson_id}/{lesson_id}.ipynb")}
+        size = max(1, min(most, -(-len(pairs) // workers), len(students)))
+        for i in range(0, len(students), size):
+            chunk = tuple(students[i : i + size])
+            items.append((lesson_id, chunk, tuple(sorted(graded - set(chunk)))))
+    return items
 
 
 def graded_pairs(
@@ -273,19 +316,22 @@ def generate(
         return []
     bar = Progress(len(pairs), "pages") if progress else None
     results = []
-    if workers == 1 or len(pairs) < 4:
-        stream = ((p, feedback_job(p)) for p in pairs)
+    n = 1 if workers == 1 or len(pairs) < 4 else min(workers or executors.default_workers(), len(pairs))
+    items = _batches(pairs, n)
+    if n == 1:
+        stream = ((item, feedback_batch(item)) for item in items)
         ex = None
     else:
-        ex = executors.LocalExecutor(min(workers or executors.default_workers(), len(pairs)))
-        stream = ex.run(feedback_job, pairs)
+        ex = executors.LocalExecutor(n)
+        stream = ex.run(feedback_batch, items)
     try:
-        for item, res in stream:
-            if isinstance(res, BaseException):
-                res = {"lesson": item[0], "student": item[1], "error": repr(res)}
-            results.append(res)
-            if bar:
-                bar.update(f"{item[1]}/{item[0]}", problem="error" in res)
+        for item, pages in stream:
+            if isinstance(pages, BaseException):
+                pages = [{"lesson": item[0], "student": s, "error": repr(pages)} for s in item[1]]
+            for res in pages:
+                results.append(res)
+                if bar:
+                    bar.update(f"{res['student']}/{res['lesson']}", problem="error" in res)
     finally:
         if ex is not None:
             ex.close()

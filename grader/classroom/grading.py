@@ -380,6 +380,9 @@ def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options)
         yield Job(sub.student, sub.lesson, data, template_bytes, ts, digest_of(data, ts), options)
 
 
+SUBMISSIONS_PER_WORKER = 8  # by default, no more workers than one per this many submissions to grade
+
+
 def grade(
     only_lessons: list[str] | None = None,
     only_students: list[str] | None = None,
@@ -394,6 +397,9 @@ def grade(
 ) -> RunSummary:
     """Autograde every submission not graded yet (``force``: all of them); return a summary.
 
+    ``workers``: submissions graded at once (default: one per core, and at most one per
+    SUBMISSIONS_PER_WORKER submissions to grade).
+
     ``progress``: True for a bar on stderr, False for none, or a text stream to write it to.
     """
     from grader.classroom.progress import Progress
@@ -403,24 +409,30 @@ def grade(
         options.protect = default_protected()
     course.ensure_tools_on_path()
     lesson_ids = only_lessons or course.lessons()
-    ensure_gradebook(lesson_ids)
     subs = submissions(lesson_ids, only_students)
     digests = {lid: lessons.lesson(lid).digest for lid in lesson_ids}
-    in_gb = graded_in_gradebook()
+    in_gb = graded_in_gradebook()  # (recording lessons below adds no submission to it)
     todo = [s for s in subs if force or not already_graded(s, digests[s.lesson], in_gb)]
     if limit is not None:
         todo = todo[:limit]
     summary = RunSummary(total=len(subs), skipped=len(subs) - len(todo), executor=executor)
     if not todo:
+        ensure_gradebook(lesson_ids)
         return summary
-    cfg = course_config()
-    template_bytes = template()
-    by_key = {(s.student, s.lesson): s for s in todo}
-    bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
     start = time.perf_counter()
+    if workers is None and executor == "local":
+        # each worker costs a process and two fork servers to start: a small class gets fewer of them
+        workers = min(executors.default_workers(), -(-len(todo) // SUBMISSIONS_PER_WORKER))
     ex = executors.make(executor, workers, address, initializer=warm_up)
     summary.workers = ex.workers
+    bar = None
     try:
+        ex.start(len(todo))  # the workers start their fork servers while the gradebook and config are read
+        ensure_gradebook(lesson_ids)
+        cfg = course_config()
+        template_bytes = template()
+        by_key = {(s.student, s.lesson): s for s in todo}
+        bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
         for job, result in ex.run(grade_job, _job_stream(todo, template_bytes, options)):
             sub = by_key[(job.student, job.lesson)]
             if isinstance(result, BaseException):

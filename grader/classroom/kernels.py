@@ -1,11 +1,11 @@
-"""How a student's kernel is started: sealed in bubblewrap, forked from the zygote, capped and guarded.
+"""How a student's kernel is started: sealed in bubblewrap, forked from the fork server, capped and guarded.
 
 nbclient asks its kernel manager to launch ``python -m ipykernel_launcher -f
 <connection file>``. ``GuardedKernelManager`` launches the same kernel but
 (a) inside the seal (``grader.classroom.seal``) when bubblewrap works here:
 the kernel then talks over IPC sockets in a folder bound into the seal, as it
-has no network; (b) forked from the worker's zygote when there is one, so
-torch is already imported (a sealed zygote when sealed); (c) in every case
+has no network; (b) forked from the worker's fork server when there is one, so
+torch is already imported (a sealed fork server when sealed); (c) in every case
 with the memory cap and the guard's audit hook in place before any student
 code runs, and an environment that does not point at the course's work folder.
 
@@ -37,7 +37,7 @@ SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID")
 class KernelSettings:
     """What the next kernel of this worker gets (set by the job before nbgrader runs)."""
 
-    zygote: Any = None  # a grader.classroom.zygote.Zygote, or None for plain subprocess kernels
+    fork_server: Any = None  # a grader.classroom.fork_server.ForkServer, or None for plain subprocess kernels
     memory: int | None = None
     guard: dict = field(default_factory=dict)
     log: str | None = None
@@ -125,10 +125,10 @@ class GuardedKernelManager(AsyncKernelManager):
         env = kernel_env(kw.get("env"))
         env.update(settings.env)
         cwd = os.path.realpath(str(kw.get("cwd") or os.getcwd()))
-        if args is not None and settings.zygote is not None:
-            if self.sealed != bool(getattr(settings.zygote, "sealed", False)):
+        if args is not None and settings.fork_server is not None:
+            if self.sealed != bool(getattr(settings.fork_server, "sealed", False)):
                 raise RuntimeError("a sealed kernel needs a sealed fork server (and a plain one a plain one)")
-            process = settings.zygote.fork(
+            process = settings.fork_server.fork(
                 "kernel",
                 argv=args,
                 cwd=cwd,
@@ -143,7 +143,7 @@ class GuardedKernelManager(AsyncKernelManager):
             prov.process = process
             prov.pid = process.pid
             prov.cwd = kw.get("cwd")
-            if self.sealed:  # its pid is the seal's: signals go through the zygote
+            if self.sealed:  # its pid is the seal's: signals go through the fork server
                 prov.pgid = None
                 settings.handles.append(process)
             else:

@@ -106,10 +106,7 @@ def bundle_files(notebooks_dir: Path) -> dict[str, bytes]:
 def _reference_functions() -> dict[str, list[str]]:
     """Each reference function's body lines (no docstring, comments or blanks)."""
     out: dict[str, list[str]] = {}
-    for path in [
-        course.ROOT / "grader" / "reference.py",
-        *sorted((course.ROOT / "grader" / "beyond").glob("*.py")),
-    ]:
+    for path in sorted((course.ROOT / "grader" / "lessons").glob("l*.py")):
         out.update(_functions_of(path))
     return out
 

@@ -1,10 +1,10 @@
 """The sandbox: runs a student's code, outside the kernel, for the trusted process to call.
 
 It is forked before anything from the grading package is loaded: from the
-sealed zygote, inside bubblewrap, where the grading package does not exist and
+sealed fork server, inside bubblewrap, where the grading package does not exist and
 the trusted process outside reaches it through two named pipes
 (``grader.classroom.seal``); or, not sealed, by the trusted process itself,
-from the plain zygote. Then, before the first line of student
+from the plain fork server. Then, before the first line of student
 code, it caps its memory and CPU time, forgets and refuses the ``grader``
 package, and installs the guard's audit hook: it can read only the Python
 installation, the student helpers and data, and its own scratch folder.

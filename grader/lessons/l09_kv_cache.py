@@ -13,16 +13,13 @@ import math
 
 import torch
 
-from grader import reference as ref
-from grader.exercises import randn
 from grader.harness import Case, Exercise, Trap
+from grader.lessons._common import label, randn
+from grader.lessons.l05_softmax import softmax
+from grader.lessons.l07_one_head import attention, self_attention
 
 # d_model, d_k, d_v, batch, heads, cached tokens: all different
 DM, DK, DV, B, H, TC = 9, 8, 4, 2, 3, 6
-
-
-def _label(kind: str, dtype: torch.dtype, device: torch.device) -> str:
-    return f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
 
 
 # ------------------------------------------------------------------- reference
@@ -44,7 +41,7 @@ def kv_cache_step(
     q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v  # (..., 1, d_k), (..., 1, d_k), (..., 1, d_v)
     K = torch.cat([K_cache, k], dim=-2)  # (..., t + 1, d_k)
     V = torch.cat([V_cache, v], dim=-2)  # (..., t + 1, d_v)
-    o_t, _ = ref.attention(q, K, V)  # the cache holds only the past: no mask
+    o_t, _ = attention(q, K, V)  # the cache holds only the past: no mask
     return o_t, K, V
 
 
@@ -98,7 +95,7 @@ def _step_cases(device: torch.device) -> list[Case]:
             randn(DM, d, seed=903 + 10 * i + j, device=device, dtype=dtype) / math.sqrt(DM)
             for j, d in enumerate((DK, DK, DV))
         ]
-        cases.append(Case(_label(kind, dtype, device), (x, K, V, *W)))
+        cases.append(Case(label(kind, dtype, device), (x, K, V, *W)))
     return cases
 
 
@@ -111,7 +108,7 @@ def _step_variant(
         keys, values = (K, V) if own_key else (K_cache, V_cache)
         if scale is not None:
             q = q * math.sqrt(q.shape[-1]) / scale(x_t, q)
-        o_t = ref.attention(q, keys, values)[0]
+        o_t = attention(q, keys, values)[0]
         return {"okv": (o_t, K, V), "ovk": (o_t, V, K)}[order]
 
     return step
@@ -120,13 +117,11 @@ def _step_variant(
 def _scaled_by_cache_length(x_t, K_cache, V_cache, W_q, W_k, W_v):
     q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
     K, V = torch.cat([K_cache, k], dim=-2), torch.cat([V_cache, v], dim=-2)
-    A = ref.softmax(q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2]))
+    A = softmax(q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2]))
     return A @ V, K, V
 
 
 KV_CACHE_STEP = Exercise(
-    name="kv_cache_step",
-    signature="x_t, K_cache, V_cache, W_q, W_k, W_v",
     reference=kv_cache_step,
     cases=_step_cases,
     output_names=("o_t", "K_cache", "V_cache"),
@@ -187,7 +182,7 @@ def _decode_cases(device: torch.device) -> list[Case]:
             randn(DM, d, seed=951 + 10 * i + j, device=device, dtype=dtype) / math.sqrt(DM)
             for j, d in enumerate((DK, DK, DV))
         ]
-        cases.append(Case(_label(kind, dtype, device), (X, *W)))
+        cases.append(Case(label(kind, dtype, device), (X, *W)))
     return cases
 
 
@@ -201,8 +196,6 @@ def _decode_joined_on_dim0(X, W_q, W_k, W_v):
 
 
 DECODE_WITH_CACHE = Exercise(
-    name="decode_with_cache",
-    signature="X, W_q, W_k, W_v",
     reference=decode_with_cache,
     cases=_decode_cases,
     uses={"kv_cache_step": kv_cache_step},  # graded on its own
@@ -210,7 +203,7 @@ DECODE_WITH_CACHE = Exercise(
         Trap(
             "the causal limit was forgotten: every token saw the whole sequence",
             "At step t only tokens 0..t exist: the cache must hold the tokens seen so far, never the future.",
-            lambda X, W_q, W_k, W_v: ref.self_attention(X, W_q, W_k, W_v, causal=False),
+            lambda X, W_q, W_k, W_v: self_attention(X, W_q, W_k, W_v, causal=False),
         ),
         Trap(
             "the cache was not carried from step to step (each token saw only itself)",
@@ -230,7 +223,7 @@ DECODE_WITH_CACHE = Exercise(
         Trap(
             "the scores were scaled by sqrt(d_model) instead of sqrt(d_k)",
             "Divide q K^T by sqrt(d_k), the width of the queries and keys.",
-            lambda X, W_q, W_k, W_v: ref.self_attention(
+            lambda X, W_q, W_k, W_v: self_attention(
                 X, W_q * math.sqrt(W_q.shape[-1]) / math.sqrt(X.shape[-1]), W_k, W_v
             ),
         ),
@@ -291,8 +284,6 @@ def _bytes_without(*names: str):
 
 
 KV_CACHE_BYTES = Exercise(
-    name="kv_cache_bytes",
-    signature="n_layers, n_kv_heads, d_head, n_tokens, batch=1, bytes_per_value=2",
     reference=kv_cache_bytes,
     cases=_bytes_cases,
     compare=_compare_bytes,

@@ -25,8 +25,8 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from grader.exercises import randn
 from grader.harness import Case, Exercise, Trap
+from grader.lessons._common import randn
 
 VOCAB = "abcdefgh"
 N_VOCAB = len(VOCAB)  # 8 letters
@@ -332,8 +332,6 @@ def _head_variant(*, causal=True, scale=True, dim=-1, project=True):
 
 
 HEAD_FORWARD = Exercise(
-    name="head_forward",
-    signature="params, X",
     reference=head_forward,
     cases=_head_cases,
     output_names=("logits", "A"),
@@ -388,8 +386,6 @@ def _ce(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") ->
 
 
 PREV_TOKEN_LOSS = Exercise(
-    name="prev_token_loss",
-    signature="logits, tokens",
     reference=prev_token_loss,
     cases=_loss_cases,
     traps=[

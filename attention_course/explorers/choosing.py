@@ -2,14 +2,15 @@
 
 An explorer is handed the student's functions. Each one is tried once on a small
 fixed example: for a stub (still raising ``NotImplementedError``) or a function that
-fails, the explorer works that step out inside its own computation (see
-:mod:`compute`) and says so next to its controls. No function here, or anywhere in
-the explorers, takes an exercise's arguments and returns its answer: the course's
-helpers are never an answer key. Nothing here draws or needs a widget.
+fails, the explorer works that step out inside its own computation and says so next
+to its controls. No function here, or anywhere in the explorers, takes an exercise's
+arguments and returns its answer: the course's helpers are never an answer key.
+Nothing here draws or needs a widget.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import html
 import math
@@ -44,7 +45,7 @@ def one_thread():
             torch.set_num_threads(n)
 
 
-# -------------------------------------------------------- probes: tiny examples
+# ------------------------------------------------------- probes: tiny examples
 
 
 def _probe(name: str) -> tuple[tuple, dict, object]:
@@ -67,6 +68,9 @@ def _probe(name: str) -> tuple[tuple, dict, object]:
         return (4, 64, torch.Generator().manual_seed(0)), {}, None  # random numbers: nothing to compare
     if name == "causal_mask":
         return (4,), {}, torch.ones(4, 4).tril().bool()
+    if name == "padding_mask":
+        lengths = torch.tensor([3, 1, 0])
+        return (lengths, 4), {}, (torch.arange(4)[None, :] < lengths[:, None])[:, None, :]
     if name == "apply_mask":
         S, allowed = torch.randn(4, 4, generator=g), torch.ones(4, 4).tril().bool()
         return (S, allowed), {}, torch.where(allowed, S, float("-inf"))
@@ -170,8 +174,8 @@ def choose(name: str, student: Callable | None, lesson: str | None = None, compa
             f"{name}= takes your function itself (e.g. {name}={name}), not a {type(student).__name__}"
         )
     args, kwargs, expected = _probe(name)
-    try:
-        got = student(*args, **kwargs)
+    try:  # on copies of the inputs: the expected result never shares a tensor the function could change
+        got = student(*copy.deepcopy(args), **copy.deepcopy(kwargs))
     except NotImplementedError:
         return Choice(
             name,

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
+import importlib.util
 import re
+from pathlib import Path
 
 # modules whose attributes a submission has no business replacing
 PROTECTED = {
@@ -87,13 +90,17 @@ HELPERS = "attention_course"
 # what lessons import from the helpers on purpose: data, visible checks and the explorers' entry points
 HELPERS_ALLOWED = ("attention_course.checks", "attention_course.data")
 EXPLORERS = "attention_course.explorers"
-EXPLORER_ENTRY_POINTS = {
-    "head_dimension_explorer",
-    "sharpness_explorer",
-    "stage_stepper",
-    "cell_explainer",
-    "row_follower",
-}
+
+
+@functools.cache
+def explorer_entry_points() -> frozenset[str]:
+    """The explorers' entry points: the names in ``attention_course.explorers.__all__`` (read, not imported)."""
+    spec = importlib.util.find_spec(HELPERS)
+    init = Path(next(iter(spec.submodule_search_locations))) / "explorers" / "__init__.py"
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return frozenset(ast.literal_eval(node.value))
+    return frozenset()
 
 
 def _answer_sign(name: str) -> str:
@@ -146,7 +153,7 @@ class _Visitor(ast.NodeVisitor):
                     self._add(_answer_sign(local))
                 if module.startswith(EXPLORERS + "."):
                     self._add(_internals_sign(module))
-                elif module == EXPLORERS and a.name not in EXPLORER_ENTRY_POINTS:
+                elif module == EXPLORERS and a.name not in explorer_entry_points():
                     self._add(_internals_sign(f"{module}.{a.name}"))
 
     def _uses_helpers(self, node: ast.AST) -> bool:

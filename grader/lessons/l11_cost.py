@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from attention_course.watch import Rule, Watched, note_of, watched  # noqa: F401 - the checks use them
-from grader.exercises import randn
 from grader.harness import Case, Exercise, Trap, compare_outputs, compare_tensor
+from grader.lessons._common import randn
 
 NEG_INF = float("-inf")
 
@@ -175,8 +175,6 @@ def _stats_variant(*, rescale=True, subtract=True, start=NEG_INF, drop_last=Fals
 
 
 ONLINE_SOFTMAX_STATS = Exercise(
-    name="online_softmax_stats",
-    signature="Z, block_size",
     reference=online_softmax_stats,
     cases=_stats_cases,
     compare=_compare_stats,
@@ -304,8 +302,6 @@ def _tiled_variant(
 
 
 TILED_ATTENTION = Exercise(
-    name="tiled_attention",
-    signature="Q, K, V, block_size, causal=False",
     reference=tiled_attention,
     cases=_tiled_cases,
     compare=_compare_tiled,

@@ -2,7 +2,7 @@
 
 Starting a Jupyter kernel and importing torch costs about 1.5 s of CPU per
 notebook; forking a process that already did both costs a few milliseconds.
-Each grading worker starts one zygote (``python -m grader.classroom.zygote``)
+Each grading worker starts one fork server (``python -m grader.classroom.fork_server``)
 and asks it, over a pipe, for:
 
 - ``kernel``: an IPython kernel for one notebook (a fresh process each time,
@@ -10,23 +10,23 @@ and asks it, over a pipe, for:
 - ``trusted``: the process that re-decides test verdicts outside the kernel; it
   first forks its own ``sandbox`` child (guarded, unable to import the grading
   package) that runs the student's code, and only then imports the checks;
-- ``sandbox`` (sealed zygote only): the sandbox alone, talking to a ``trusted``
-  process of the other zygote through two named pipes.
+- ``sandbox`` (sealed fork server only): the sandbox alone, talking to a ``trusted``
+  process of the other fork server through two named pipes.
 
-With bubblewrap (``grader.classroom.seal``) a worker runs two zygotes: a sealed
+With bubblewrap (``grader.classroom.seal``) a worker runs two fork servers: a sealed
 one, started inside bwrap, that forks kernels and sandboxes, and a plain one
-for the trusted process (which needs the grading package). The sealed zygote
+for the trusted process (which needs the grading package). The sealed fork server
 runs as the package ``course_runtime`` (this module, the guard, the sandbox and
 the kernel launcher mounted read-only): the grading package does not exist
 there. It lives in its own PID namespace, so the worker names its children by
-their pid in that namespace and asks the zygote to poll or signal them
+their pid in that namespace and asks the fork server to poll or signal them
 (``SealedProcess``); after each job, ``reset`` kills every other process in
 the namespace and empties its private /tmp.
 
-The zygote imports nothing from the grading package but this module and the
+The fork server imports nothing from the grading package but this module and the
 guard, so a forked sandbox has no hidden reference in memory. Children are in
 their own process group; when the worker goes away (EOF on the pipe) the
-zygote kills them all and exits.
+fork server kills them all and exits.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _reap(*_: Any) -> None:
 
 
 _children: set[int] = set()
-_exited: dict[int, int] = {}  # exit codes of children that ended (polled by a sealed zygote's worker)
+_exited: dict[int, int] = {}  # exit codes of children that ended (polled by a sealed fork server's worker)
 
 
 def _child_common(req: dict) -> None:
@@ -124,7 +124,7 @@ def _open_pipes(pipes: dict, sandbox_side: bool) -> tuple[int, int]:
 
 
 def _run_sandbox(req: dict) -> None:
-    """The sandbox alone (sealed zygote): its trusted process is a child of the other zygote."""
+    """The sandbox alone (sealed fork server): its trusted process is a child of the other fork server."""
     rfd, wfd = _open_pipes(req["pipes"], sandbox_side=True)
     from . import sandbox
 
@@ -203,9 +203,9 @@ def _operate(req: dict) -> dict:
 
 
 def _reset(keep: list[str]) -> int:
-    """Kill every process of this PID namespace but its init and this zygote; empty the private /tmp.
+    """Kill every process of this PID namespace but its init and this fork server; empty the private /tmp.
 
-    Only meaningful in a sealed zygote (its own PID namespace): a plain one refuses.
+    Only meaningful in a sealed fork server (its own PID namespace): a plain one refuses.
     """
     if "--sealed" not in sys.argv or not os.path.isdir("/proc"):
         return 0
@@ -243,7 +243,7 @@ def _reset(keep: list[str]) -> int:
 
 
 def serve() -> None:
-    """The zygote's main loop: read one JSON request per line, fork, answer with the pid."""
+    """The fork server's main loop: read one JSON request per line, fork, answer with the pid."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     for name in PRELOAD:
         try:
@@ -314,10 +314,10 @@ def serve() -> None:
 
 
 class ForkedProcess:
-    """A Popen look-alike for a process forked by the zygote (not our child).
+    """A Popen look-alike for a process forked by the fork server (not our child).
 
     Exit is observed with a pidfd, which works for any process; the exit code is
-    not known here (the zygote reaps), so a finished process reports -1.
+    not known here (the fork server reaps), so a finished process reports -1.
     """
 
     def __init__(self, pid: int):
@@ -369,24 +369,24 @@ class ForkedProcess:
 
 
 class SealedProcess:
-    """A Popen look-alike for a child of a sealed zygote, known only by its pid in the seal.
+    """A Popen look-alike for a child of a sealed fork server, known only by its pid in the seal.
 
     That pid means nothing outside (another PID namespace): every question and
-    signal goes through the zygote, which reaps its children and knows their
+    signal goes through the fork server, which reaps its children and knows their
     exit codes.
     """
 
-    def __init__(self, zygote: Zygote, pid: int):
+    def __init__(self, fork_server: ForkServer, pid: int):
         self.pid = pid
         self.returncode: int | None = None
         self.stdin = self.stdout = self.stderr = None
-        self._zygote = zygote
+        self._fork_server = fork_server
 
     def poll(self) -> int | None:
         if self.returncode is None:
             try:
-                self.returncode = self._zygote.request({"op": "poll", "pid": self.pid}).get("returncode")
-            except RuntimeError:  # the zygote is gone, and its children with it
+                self.returncode = self._fork_server.request({"op": "poll", "pid": self.pid}).get("returncode")
+            except RuntimeError:  # the fork server is gone, and its children with it
                 self.returncode = -1
         return self.returncode
 
@@ -401,7 +401,7 @@ class SealedProcess:
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             try:
-                self._zygote.request({"op": "signal", "pid": self.pid, "signal": int(sig)})
+                self._fork_server.request({"op": "signal", "pid": self.pid, "signal": int(sig)})
             except RuntimeError:
                 pass
 
@@ -412,7 +412,7 @@ class SealedProcess:
         self.send_signal(signal.SIGTERM)
 
 
-class Zygote:
+class ForkServer:
     """The worker's handle on its fork server (started on first use, restarted if it died).
 
     ``sealed_area``: start it inside bubblewrap (grader.classroom.seal), with this
@@ -432,13 +432,13 @@ class Zygote:
     def _start(self) -> None:
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
-        cmd = [sys.executable, "-m", "grader.classroom.zygote"]
+        cmd = [sys.executable, "-m", "grader.classroom.fork_server"]
         if self.sealed_area is not None:
             from grader.classroom import seal
 
             env = seal.sealed_env(env)
             cmd = seal.command(
-                [sys.executable, "-m", f"{seal.RUNTIME_PACKAGE}.zygote", "--sealed"],
+                [sys.executable, "-m", f"{seal.RUNTIME_PACKAGE}.fork_server", "--sealed"],
                 writable=[self.sealed_area],
                 cwd=self.sealed_area,
                 env=env,

@@ -14,16 +14,12 @@ import math
 
 import torch
 
-from grader import reference as ref
-from grader.exercises import randn
 from grader.harness import Case, Exercise, Trap
+from grader.lessons._common import label, randn
+from grader.lessons.l07_one_head import attend
 
 # T, d_model, batch, an extra leading dimension: all different from every head size below
 T, DM, B, E = 5, 10, 2, 7
-
-
-def _label(kind: str, dtype: torch.dtype, device: torch.device) -> str:
-    return f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
 
 
 # ------------------------------------------------------------------- reference
@@ -47,11 +43,6 @@ def merge_heads(X: torch.Tensor) -> torch.Tensor:
     return X.transpose(-3, -2).reshape(*batch, T_, H * d)
 
 
-def _heads_attention(Q, K, V, causal: bool) -> torch.Tensor:
-    mask = ref.causal_mask(Q.shape[-2], device=Q.device) if causal else None
-    return ref.attention(Q, K, V, mask)[0]
-
-
 def multi_head_attention(
     X: torch.Tensor,
     W_q: torch.Tensor,
@@ -69,15 +60,15 @@ def multi_head_attention(
     Q = split_heads(X @ W_q, n_heads)  # (..., H, T, d_k)
     K = split_heads(X @ W_k, n_heads)  # (..., H, T, d_k)
     V = split_heads(X @ W_v, n_heads)  # (..., H, T, d_v)
-    O = _heads_attention(Q, K, V, causal)  # (..., H, T, d_v)
+    O = attend(Q, K, V, causal)  # (..., H, T, d_v)
     return merge_heads(O) @ W_o  # (..., T, H * d_v) @ (H * d_v, d_out)
 
 
 def grouped_query_attention(
     X: torch.Tensor,
     W_q: torch.Tensor,
-    W_k: torch.Tensor,
-    W_v: torch.Tensor,
+    W_k: torch.Tensor,  # n_kv_heads key heads, not n_heads
+    W_v: torch.Tensor,  # n_kv_heads value heads
     W_o: torch.Tensor,
     n_heads: int,
     n_kv_heads: int,
@@ -92,7 +83,7 @@ def grouped_query_attention(
     Q = split_heads(X @ W_q, n_heads)  # (..., H, T, d_k)
     K = split_heads(X @ W_k, n_kv_heads).repeat_interleave(group, dim=-3)  # (..., H, T, d_k)
     V = split_heads(X @ W_v, n_kv_heads).repeat_interleave(group, dim=-3)  # (..., H, T, d_v)
-    return merge_heads(_heads_attention(Q, K, V, causal)) @ W_o
+    return merge_heads(attend(Q, K, V, causal)) @ W_o
 
 
 # ----------------------------------------------------------- mistaken variants
@@ -134,7 +125,7 @@ def _attention_variant(
         causal = causal != flip_causal
         if one_head:
             Q, K, V = X @ W_q, X @ W_k, X @ W_v
-            O = _heads_attention(Q, K, V, causal)
+            O = attend(Q, K, V, causal)
             return O @ W_o if project_out else O
         group = n_heads // n_kv_heads
         Q = split(X @ W_q, n_heads)
@@ -146,7 +137,7 @@ def _attention_variant(
             K, V = K.repeat_interleave(group, dim=-3), V.repeat_interleave(group, dim=-3)
         if scale is not None:  # undo the reference's sqrt(d_head), apply the wrong one
             Q = Q * math.sqrt(Q.shape[-1]) / scale(X, W_q, Q)
-        O = merge(_heads_attention(Q, K, V, causal))
+        O = merge(attend(Q, K, V, causal))
         return O @ W_o if project_out else O
 
     return gqa
@@ -161,24 +152,37 @@ def _as_mha(gqa):
 # ------------------------------------------------------------------- split / merge
 
 
+# (leading dims, n_heads, d_head, dtype, split_heads' case, merge_heads' case or None)
+_HEAD_SHAPES = [
+    ((), 3, 4, torch.float32, "2-D, 3 heads of 4", "3-D (heads, T, d_head), 3 heads of 4"),
+    ((B,), 4, 3, torch.float64, "batched 3-D, 4 heads of 3", "batched 4-D, 4 heads of 3"),
+    ((B, E), 6, 2, torch.float32, "batched 4-D, 6 heads of 2", "batched 5-D, 6 heads of 2"),
+    ((), 1, 12, torch.float64, "2-D, 1 head of 12", None),
+]
+
+
+def _heads_cases(device: torch.device, split: bool) -> list[Case]:
+    """split_heads' cases (X, n_heads) with the heads side by side, else merge_heads' (X,) with them in front."""
+    cases = []
+    for i, (lead, H, d, dtype, split_kind, merge_kind) in enumerate(_HEAD_SHAPES):
+        if split:
+            X = randn(*lead, T, H * d, seed=800 + i, device=device, dtype=dtype)
+            cases.append(Case(label(split_kind, dtype, device), (X, H)))
+        elif merge_kind is not None:
+            X = randn(*lead, H, T, d, seed=820 + i, device=device, dtype=dtype)
+            cases.append(Case(label(merge_kind, dtype, device), (X,)))
+    return cases
+
+
 def _split_cases(device: torch.device) -> list[Case]:
-    spec = [  # (leading dims, n_heads, d_head, dtype)
-        ("2-D, 3 heads of 4", (), 3, 4, torch.float32),
-        ("batched 3-D, 4 heads of 3", (B,), 4, 3, torch.float64),
-        ("batched 4-D, 6 heads of 2", (B, E), 6, 2, torch.float32),
-        ("2-D, 1 head of 12", (), 1, 12, torch.float64),
-    ]
-    return [
-        Case(
-            _label(kind, dtype, device), (randn(*lead, T, H * d, seed=800 + i, device=device, dtype=dtype), H)
-        )
-        for i, (kind, lead, H, d, dtype) in enumerate(spec)
-    ]
+    return _heads_cases(device, split=True)
+
+
+def _merge_cases(device: torch.device) -> list[Case]:
+    return _heads_cases(device, split=False)
 
 
 SPLIT_HEADS = Exercise(
-    name="split_heads",
-    signature="X, n_heads",
     reference=split_heads,
     cases=_split_cases,
     traps=[
@@ -214,21 +218,7 @@ SPLIT_HEADS = Exercise(
 )
 
 
-def _merge_cases(device: torch.device) -> list[Case]:
-    spec = [  # (leading dims, n_heads, d_head, dtype)
-        ("3-D (heads, T, d_head), 3 heads of 4", (), 3, 4, torch.float32),
-        ("batched 4-D, 4 heads of 3", (B,), 4, 3, torch.float64),
-        ("batched 5-D, 6 heads of 2", (B, E), 6, 2, torch.float32),
-    ]
-    return [
-        Case(_label(kind, dtype, device), (randn(*lead, H, T, d, seed=820 + i, device=device, dtype=dtype),))
-        for i, (kind, lead, H, d, dtype) in enumerate(spec)
-    ]
-
-
 MERGE_HEADS = Exercise(
-    name="merge_heads",
-    signature="X",
     reference=merge_heads,
     cases=_merge_cases,
     traps=[
@@ -283,7 +273,7 @@ def _mha_cases(device: torch.device) -> list[Case]:
     for i, (kind, lead, H, d_k, d_v, causal, dtype) in enumerate(spec):
         X = randn(*lead, T, DM, seed=840 + 10 * i, device=device, dtype=dtype)
         W = _weights(device, dtype, 841 + 10 * i, H, H, d_k, d_v)
-        cases.append(Case(_label(kind, dtype, device), (X, *W, H), {"causal": causal}))
+        cases.append(Case(label(kind, dtype, device), (X, *W, H), {"causal": causal}))
     return cases
 
 
@@ -337,8 +327,6 @@ _MHA_TRAPS = [
 ]
 
 MULTI_HEAD_ATTENTION = Exercise(
-    name="multi_head_attention",
-    signature="X, W_q, W_k, W_v, W_o, n_heads, causal=False",
     reference=multi_head_attention,
     cases=_mha_cases,
     uses={"split_heads": split_heads, "merge_heads": merge_heads},  # graded on their own
@@ -367,13 +355,11 @@ def _gqa_cases(device: torch.device) -> list[Case]:
     for i, (kind, lead, H, G, d_k, d_v, causal, dtype) in enumerate(spec):
         X = randn(*lead, T, DM, seed=870 + 10 * i, device=device, dtype=dtype)
         W = _weights(device, dtype, 871 + 10 * i, H, G, d_k, d_v)
-        cases.append(Case(_label(kind, dtype, device), (X, *W, H, G), {"causal": causal}))
+        cases.append(Case(label(kind, dtype, device), (X, *W, H, G), {"causal": causal}))
     return cases
 
 
 GROUPED_QUERY_ATTENTION = Exercise(
-    name="grouped_query_attention",
-    signature="X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False",
     reference=grouped_query_attention,
     cases=_gqa_cases,
     uses={"split_heads": split_heads, "merge_heads": merge_heads},  # graded on their own

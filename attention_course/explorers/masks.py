@@ -1,0 +1,444 @@
+"""Lesson 04's mask explorer: the causal mask, a padded batch and the scores each mask hides.
+
+The picture is HTML (tables with a legend), so it stays sharp at any zoom and every
+label is real text. :func:`mask_view` computes one setting (pure, testable); the
+:class:`MaskExplorer` wires sliders to it. Where the student's ``causal_mask``,
+``padding_mask`` or ``apply_mask`` runs, the view shows what it returns; otherwise
+the view works that step out inline and says so.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import ipywidgets as W
+import torch
+
+from .base import Explorer, _pre
+from .choosing import Choice, StudentFunctionError, banner_html, banner_text, choose, fallback, one_thread
+from .numeric import fmt
+
+SENTENCE = "cat_sat"  # "The cat sat on the": sequence b is its first lengths[b] tokens, then padding
+PAD = "<pad>"
+T_MAX = 5
+MAX_SEQUENCES = 4
+
+# Cell colours (Okabe-Ito based, readable with colour-blindness), one per reason a score is hidden.
+ALLOWED_BG = "#cfe8f7"
+CAUSAL_BG = "repeating-linear-gradient(45deg,#f3c27a 0 4px,#fbe3bf 4px 8px)"
+PADDING_BG = "repeating-linear-gradient(-45deg,#c99bbb 0 4px,#efdcea 4px 8px)"
+BOTH_BG = "repeating-linear-gradient(45deg,#b0b0b0 0 4px,#e4e4e4 4px 8px)"
+WRONG = "#D55E00"
+
+
+def _keys_phrase(keys: Sequence[int]) -> str:
+    keys = list(keys)
+    if not keys:
+        return "no keys"
+    if len(keys) == 1:
+        return f"key {keys[0]}"
+    return "keys " + ", ".join(str(k) for k in keys[:-1]) + f" and {keys[-1]}"
+
+
+@dataclass(frozen=True)
+class MaskView:
+    """One setting of the mask explorer, computed.
+
+    Shapes: causal (T, T); padding (B, 1, T); combined, scores, masked and weights (B, T, T).
+    """
+
+    T: int
+    lengths: tuple[int, ...]
+    sentence: tuple[str, ...]
+    causal: torch.Tensor
+    padding: torch.Tensor
+    combined: torch.Tensor
+    scores: torch.Tensor
+    masked: torch.Tensor
+    weights: torch.Tensor
+    choices: dict[str, Choice] = field(default_factory=dict)
+
+    @property
+    def B(self) -> int:
+        return len(self.lengths)
+
+    def tokens(self, b: int) -> list[str]:
+        """Sequence b's tokens: its real ones, then padding."""
+        L = self.lengths[b]
+        return list(self.sentence[: min(L, self.T)]) + [PAD] * (self.T - min(L, self.T))
+
+    def hidden_by(self, b: int, i: int, j: int) -> str:
+        """Why score (i, j) of sequence b is hidden: "", "causal", "padding" or "both" (by the masks shown)."""
+        causal = not bool(self.causal[i, j])
+        padding = not bool(self.padding[b, 0, j])
+        return "both" if causal and padding else "causal" if causal else "padding" if padding else ""
+
+    def hidden(self, b: int) -> list[tuple[int, int]]:
+        """Cells (query, key) of sequence b that the combined mask hides."""
+        return [(i, j) for i in range(self.T) for j in range(self.T) if not bool(self.combined[b, i, j])]
+
+    def lines(self) -> list[str]:
+        """The readout in words."""
+        T = self.T
+        n_allowed = int(self.causal.sum())
+        out = [
+            f"causal mask (T = {T}): query i may look at keys 0 .. i, {n_allowed} of {T * T} cells allowed; "
+            + (
+                f"the {T * T - n_allowed} above the diagonal are hidden (later tokens)."
+                if n_allowed < T * T
+                else "none is hidden."
+            ),
+        ]
+        for b, L in enumerate(self.lengths):
+            pad_keys = [j for j in range(T) if not bool(self.padding[b, 0, j])]
+            head = f"sequence {b + 1} (b = {b}) has length {L}: "
+            if not pad_keys:
+                text = head + "no padding, only the causal mask hides scores"
+            else:
+                text = (
+                    head
+                    + f"{_keys_phrase(pad_keys)} {'is' if len(pad_keys) == 1 else 'are'} padding, hidden from every query"
+                )
+            if pad_keys and len(pad_keys) < T:
+                n = len(pad_keys)
+                text += (
+                    f" (as queries, {'it still looks' if n == 1 else 'they still look'} at the real keys: "
+                    f"{'its row is' if n == 1 else 'their rows are'} ignored later)"
+                )
+            allowed = int(self.combined[b].sum())
+            text += f"; with the causal mask too, {allowed} of {T * T} scores are allowed."
+            empty = [i for i in range(T) if not bool(self.combined[b, i].any())]
+            if empty:
+                text += (
+                    f" Query row{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} "
+                    "see nothing at all: softmax of an all -inf row is NaN (the weights here show 0, "
+                    "as lesson 05's softmax gives)."
+                )
+            out.append(text)
+        wrong = self.wrong_cells()
+        if wrong:
+            b, i, j = wrong[0]
+            out.append(
+                f"Look at sequence {b + 1}, query {i}, key {j}: the mask hides it but the masked score is "
+                f"{fmt(self.masked[b, i, j].item())}, not -inf ({len(wrong)} such cell"
+                f"{'s' if len(wrong) > 1 else ''}, outlined)."
+            )
+        return out
+
+    def wrong_cells(self) -> list[tuple[int, int, int]]:
+        """Cells the combined mask hides whose masked score is not -inf, or allowed cells that became -inf."""
+        bad = []
+        for b in range(self.B):
+            for i in range(self.T):
+                for j in range(self.T):
+                    x = self.masked[b, i, j].item()
+                    hidden = not bool(self.combined[b, i, j])
+                    if hidden != (math.isinf(x) and x < 0):
+                        bad.append((b, i, j))
+        return bad
+
+
+def _as_bool(t) -> torch.Tensor:
+    return torch.as_tensor(t).detach().to("cpu").bool()
+
+
+def _shape(name: str, got: torch.Tensor, want: tuple[int, ...], choices: dict[str, Choice]) -> None:
+    """A student's result of the wrong shape: name it (the explorer then shows the built-in version)."""
+    c = choices.get(name)
+    if c is not None and c.yours and tuple(got.shape) != want:
+        error = ValueError(f"it returned shape {tuple(got.shape)} here, where {want} was expected")
+        raise StudentFunctionError(name, error)
+
+
+def mask_view(T: int, lengths: Sequence[int], choices: dict[str, Choice] | None = None) -> MaskView:
+    """The causal mask, the padding masks, their combination and the masked scores of a padded batch.
+
+    ``choices`` maps ``causal_mask``, ``padding_mask`` and ``apply_mask`` to :class:`Choice`;
+    a step whose choice is not the student's is worked out here, inline.
+    """
+    from attention_course import data
+
+    choices = dict(choices or {})
+
+    def yours(name: str):
+        c = choices.get(name)
+        return c.fn if c is not None and c.yours else None
+
+    T = int(T)
+    if not 1 <= T <= T_MAX:
+        raise ValueError(f"T must be between 1 and {T_MAX} (the sentence has {T_MAX} tokens), not {T}")
+    lengths = tuple(min(max(int(n), 0), T) for n in lengths)
+    ex = getattr(data, SENTENCE)()
+    lengths_t = torch.tensor(lengths, dtype=torch.long)
+    if yours("causal_mask"):
+        causal = _as_bool(yours("causal_mask")(T))
+    else:
+        causal = torch.ones(T, T).tril().bool()  # key j <= query i
+    if yours("padding_mask"):
+        padding = _as_bool(yours("padding_mask")(lengths_t.clone(), T))
+    else:
+        padding = (torch.arange(T)[None, :] < lengths_t[:, None])[:, None, :]  # (B, 1, T)
+    B = len(lengths)
+    _shape("causal_mask", causal, (T, T), choices)
+    _shape("padding_mask", padding, (B, 1, T), choices)
+    combined = (padding & causal).expand(len(lengths), T, T)  # (B, 1, T) & (T, T) -> (B, T, T)
+    X = ex.X.double()[:T]  # (T, d_model)
+    real = (torch.arange(T)[None, :] < lengths_t[:, None]).double()[..., None]  # (B, T, 1)
+    Xb = X[None] * real  # (B, T, d_model): padding rows are zeros
+    Q, K = Xb @ ex.W_q.double(), Xb @ ex.W_k.double()  # (B, T, d_k)
+    scores = Q @ K.mT / math.sqrt(Q.shape[-1])  # (B, T, T)
+    if yours("apply_mask"):
+        masked = (
+            torch.as_tensor(yours("apply_mask")(scores.clone(), combined.clone()))
+            .detach()
+            .to("cpu", torch.float64)
+        )
+    else:
+        masked = scores.masked_fill(~combined, -math.inf)
+    _shape("apply_mask", masked, tuple(scores.shape), choices)
+    weights = torch.softmax(masked, dim=-1).nan_to_num(nan=0.0)  # an all -inf row: zeros
+    return MaskView(
+        T=T,
+        lengths=lengths,
+        sentence=tuple(ex.tokens),
+        causal=causal,
+        padding=padding,
+        combined=combined,
+        scores=scores,
+        masked=masked,
+        weights=weights,
+        choices=choices,
+    )
+
+
+# ----------------------------------------------------------------- the picture
+
+_CELL = "min-width:46px;height:24px;padding:1px 4px;text-align:center;font-size:12px;border:1px solid #ffffff"
+_HEAD = "font-size:12px;padding:1px 4px;font-weight:normal;color:#222"
+
+
+def _swatch(bg: str, text: str, label: str) -> str:
+    return (
+        "<span style='display:inline-flex;align-items:center;gap:4px;margin-right:12px;font-size:12px'>"
+        f"<span style='display:inline-block;min-width:30px;height:18px;line-height:18px;text-align:center;"
+        f"background:{bg};border:1px solid #999'>{text}</span>{html.escape(label)}</span>"
+    )
+
+
+def legend_html() -> str:
+    return (
+        "<div class='ac-mask-legend' style='margin:4px 0'>"
+        + _swatch(ALLOWED_BG, "&#10003;", "allowed: the query may look at this key")
+        + _swatch(CAUSAL_BG, "&minus;&infin;", "hidden by the causal mask (a later key)")
+        + _swatch(PADDING_BG, "&minus;&infin;", "hidden by the padding mask (a padding key)")
+        + _swatch(BOTH_BG, "&minus;&infin;", "hidden by both")
+        + f"<span style='font-size:12px'><span style='outline:2px solid {WRONG};padding:0 4px'>"
+        "outlined</span>: the masked score disagrees with the mask</span></div>"
+    )
+
+
+_BG = {"": ALLOWED_BG, "causal": CAUSAL_BG, "padding": PADDING_BG, "both": BOTH_BG}
+
+
+def _table(rows: list[str], cols: list[str], cells, caption: str, cls: str) -> str:
+    head = "<tr><th></th>" + "".join(f"<th style='{_HEAD}'>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    body = []
+    for i, r in enumerate(rows):
+        tds = "".join(cells(i, j) for j in range(len(cols)))
+        body.append(f"<tr><th style='{_HEAD};text-align:right'>{html.escape(r)}</th>{tds}</tr>")
+    return (
+        f"<div style='margin:2px 12px 6px 0'><div style='font-size:13px;width:320px'>{caption}</div>"
+        f"<table class='{cls}' style='border-collapse:collapse'>{head}{''.join(body)}</table></div>"
+    )
+
+
+def _causal_table(v: MaskView) -> str:
+    names = [f"{j} {t}" for j, t in enumerate(v.sentence[: v.T])]
+
+    def cell(i, j):
+        ok = bool(v.causal[i, j])
+        return (
+            f"<td class='ac-mask-cell {'ac-allowed' if ok else 'ac-hidden'}' "
+            f"style='{_CELL};background:{ALLOWED_BG if ok else CAUSAL_BG}'>{'&#10003;' if ok else '&minus;&infin;'}</td>"
+        )
+
+    cap = f"<b>causal mask</b> ({v.T} &times; {v.T}): rows are queries, columns keys"
+    return _table(names, names, cell, cap, "ac-causal")
+
+
+def _sequence_panel(v: MaskView, b: int, show: str = "scores") -> str:
+    """Sequence b: its padding mask (aligned with the key columns) over its masked scores (or weights)."""
+    toks = v.tokens(b)
+    names = [f"{j} {t}" for j, t in enumerate(toks)]
+    wrong = set(v.wrong_cells())
+    head = "<tr><th></th>" + "".join(f"<th style='{_HEAD}'>{html.escape(c)}</th>" for c in names) + "</tr>"
+    pad_cells = []
+    for j in range(v.T):
+        real = bool(v.padding[b, 0, j])
+        pad_cells.append(
+            f"<td class='ac-pad-cell {'ac-allowed' if real else 'ac-hidden'}' "
+            f"style='{_CELL};background:{ALLOWED_BG if real else PADDING_BG}'>"
+            f"{'&#10003;' if real else '&minus;&infin;'}</td>"
+        )
+    pad = (
+        f"<tr class='ac-padding'><th style='{_HEAD};text-align:right'>padding mask</th>{''.join(pad_cells)}</tr>"
+        f"<tr><td colspan='{v.T + 1}' style='height:6px'></td></tr>"
+    )
+    rows = []
+    for i in range(v.T):
+        tds = []
+        for j in range(v.T):
+            reason = v.hidden_by(b, i, j)
+            hidden = not bool(v.combined[b, i, j])
+            if hidden and not reason:
+                reason = "both"
+            x = v.masked[b, i, j].item()
+            text = "&minus;&infin;" if math.isinf(x) and x < 0 else fmt(x)
+            if show == "weights":
+                text = fmt(v.weights[b, i, j].item())
+            outline = f";outline:2px solid {WRONG};outline-offset:-2px" if (b, i, j) in wrong else ""
+            tds.append(
+                f"<td class='ac-score {'ac-hidden' if hidden else 'ac-allowed'} ac-by-{reason or 'none'}' "
+                f"data-q='{i}' data-k='{j}' style='{_CELL};background:{_BG[reason]}{outline}'>{text}</td>"
+            )
+        rows.append(
+            f"<tr><th style='{_HEAD};text-align:right'>{html.escape(names[i])}</th>{''.join(tds)}</tr>"
+        )
+    cap = (
+        f"<b>sequence {b + 1}</b>, length {v.lengths[b]}: "
+        + html.escape(" ".join(toks))
+        + (
+            "<br>weights: softmax of each row of the masked scores; rows: queries"
+            if show == "weights"
+            else "<br>scaled scores after the combined mask (causal AND padding); rows: queries"
+        )
+    )
+    return (
+        f"<div class='ac-sequence ac-sequence-{b}' style='margin:2px 14px 6px 0'>"
+        f"<div style='font-size:12px;width:320px'>{cap}</div>"
+        f"<table class='ac-scores' style='border-collapse:collapse'>{head}{pad}{''.join(rows)}</table></div>"
+    )
+
+
+def picture_html(v: MaskView, show: str = "scores") -> str:
+    """The whole picture: legend, causal mask, then each sequence's padding mask and masked scores (or weights)."""
+    panels = "".join(_sequence_panel(v, b, show) for b in range(v.B))
+    return (
+        "<div class='ac-mask-picture' style='font-size:12px;line-height:1.3'>"
+        + legend_html()
+        + f"<div style='display:flex;flex-wrap:wrap;align-items:flex-start'>{_causal_table(v)}</div>"
+        + f"<div style='display:flex;flex-wrap:wrap;align-items:flex-start'>{panels}</div></div>"
+    )
+
+
+# --------------------------------------------------------------------- widgets
+
+
+class MaskExplorer(Explorer):
+    kind = "mask-explorer"
+    title = "Mask explorer"
+
+    def __init__(self, T: int = 5, lengths: Sequence[int] = (5, 3, 2), **functions) -> None:
+        super().__init__()
+        if not 1 <= int(T) <= T_MAX:
+            raise ValueError(f"T must be between 1 and {T_MAX} (the sentence has {T_MAX} tokens), not {T}")
+        if not 1 <= len(lengths) <= MAX_SEQUENCES:
+            raise ValueError(f"give between 1 and {MAX_SEQUENCES} lengths, not {len(lengths)}")
+        self.choices = {
+            name: choose(name, fn, compare=True) for name, fn in functions.items() if fn is not None
+        }
+        t_slider = W.IntSlider(
+            value=int(T), min=1, max=T_MAX, description="T", layout=W.Layout(width="300px")
+        )
+        show = W.ToggleButtons(
+            options=[("masked scores", "scores"), ("softmax weights", "weights")],
+            value="scores",
+            description="show",
+            style={"button_width": "180px"},
+        )
+        self.controls = {"T": t_slider, "show": show}
+        for b, n in enumerate(lengths):
+            self.controls[f"length_{b}"] = W.IntSlider(
+                value=min(max(int(n), 0), int(T)),
+                min=0,
+                max=int(T),
+                description=f"length {b + 1}",
+                layout=W.Layout(width="300px"),
+            )
+        for name, w in self.controls.items():
+            w.add_class(f"ac-{name.replace('_', '-')}")
+            w.observe(self._changed, names="value")
+        self.B = len(lengths)
+        self.banner = W.HTML(self._banner())
+        self.picture = W.HTML()
+        self.picture.add_class("ac-mask-picture-widget")
+        self.readout = W.HTML()
+        self.readout.add_class("ac-readout")
+        intro = W.HTML(
+            "<b>Mask explorer</b>: a causal mask and a padded batch of "
+            "<i>The cat sat on the</i>. Drag a length to pad a sequence; the scores each mask hides "
+            "show &minus;&infin;."
+        )
+        sliders = [self.controls[f"length_{b}"] for b in range(self.B)]
+        self._root(
+            intro,
+            self.banner,
+            W.HBox([t_slider, show]),
+            W.HBox(sliders[:2]),
+            W.HBox(sliders[2:]),
+            self.picture,
+            self.readout,
+        )
+        self.refresh()
+        self.static_html = self.picture.value + self.readout.value
+        banner = banner_text(list(self.choices.values()))
+        self.text = "\n".join([self.title, *([banner] if banner else []), *self.state.lines()])
+
+    def _banner(self) -> str:
+        builtin = [n for n in ("causal_mask", "padding_mask", "apply_mask") if n not in self.choices]
+        out = banner_html(list(self.choices.values())) if self.choices else ""
+        if builtin:
+            out += (
+                "<div class='ac-source ac-source-builtin' style='font-size:0.9em'><b>[built-in]</b> "
+                + ", ".join(f"<code>{n}</code>" for n in builtin)
+                + ": the course's versions, until you pass yours</div>"
+            )
+        return out
+
+    def _changed(self, change=None) -> None:
+        if change is not None and change.get("owner") is self.controls["T"] and not self._hold:
+            with self.batch():
+                T = self.controls["T"].value
+                for b in range(self.B):
+                    s = self.controls[f"length_{b}"]
+                    s.max = T
+                    s.value = min(s.value, T)
+            return
+        super()._changed(change)
+
+    def refresh(self) -> None:
+        with one_thread():
+            try:
+                self._refresh()
+            except StudentFunctionError as error:
+                self.choices[error.name] = fallback(error)
+                self.banner.value = self._banner()
+                self._refresh()
+
+    def _refresh(self) -> None:
+        T = self.controls["T"].value
+        lengths = [self.controls[f"length_{b}"].value for b in range(self.B)]
+        v = mask_view(T, lengths, self.choices)
+        self.state = v
+        show = self.controls["show"].value
+        self.picture.value = picture_html(v, show)
+        lines = v.lines()
+        if show == "weights":
+            lines.append(
+                "weights: every hidden score (-inf) becomes exactly 0 after softmax; "
+                "the allowed weights of each row sum to 1."
+            )
+        self.readout.value = _pre("\n".join(lines), "ac-summary")

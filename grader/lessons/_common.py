@@ -1,0 +1,49 @@
+"""Small builders every lesson's seeded cases share: sizes, seeded draws and case labels.
+
+Sizes are all different on purpose, so that T_q, T_k, d_model, d_k, d_v, batch and heads
+can't be confused: a function that mixes two of them up gets a wrong shape or an error,
+never a lucky pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from grader.harness import Trap
+
+# T_q, T_k, d_model, d_k, d_v, batch, heads
+TQ, TK, DM, DK, DV, B, H = 5, 7, 9, 8, 4, 2, 3
+NEG_INF = float("-inf")
+
+
+def gen(seed: int) -> torch.Generator:
+    """A CPU generator in a known state."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape: int, seed: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Seeded standard normal draw, made on the CPU then moved (same numbers everywhere)."""
+    return torch.randn(*shape, generator=gen(seed), dtype=torch.float64).to(device, dtype)
+
+
+def batches() -> list[tuple[str, tuple[int, ...]]]:
+    """The leading dimensions every tensor exercise is checked with: none, (batch,), (batch, heads)."""
+    return [("2-D", ()), ("batched 3-D", (B,)), ("batched 4-D (batch, heads)", (B, H))]
+
+
+def label(kind: str, dtype: torch.dtype, device: torch.device) -> str:
+    """A case's label, e.g. ``2-D, float32 on cpu``."""
+    return f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
+
+
+def dtypes(batch: tuple[int, ...]) -> list[torch.dtype]:
+    """float32 for every batch shape, float64 too except for the 3-D one."""
+    return [torch.float32] if batch == (B,) else [torch.float32, torch.float64]
+
+
+def same_mistake(name: str, hint: str, *ways: tuple[Callable[..., Any], str]) -> list[Trap]:
+    """One mistake made several ways: a Trap per ``(fn, example)``, all with the same name and hint."""
+    return [Trap(name, hint, fn, example=example) for fn, example in ways]

@@ -1,0 +1,276 @@
+"""Lesson 05, softmax: ``softmax`` and ``soft_lookup``: hidden reference, seeded cases, known mistakes.
+
+Device-agnostic: every tensor result lives on the device, and keeps the dtype, of its inputs; any
+leading batch dimensions are accepted, ``(..., T, d)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grader.harness import Case, Exercise, Trap
+from grader.lessons._common import NEG_INF, TK, TQ, B, batches, dtypes, label, randn, same_mistake
+from grader.lessons.l04_masking import apply_mask, causal_mask
+
+
+def softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Numerically stable softmax; a row that is all -inf becomes all zeros.
+
+    Shapes: Z (...) -> same shape, entries along ``dim`` sum to 1 (or are all 0).
+    """
+    if Z.shape[dim] == 0:  # no keys at all: nothing to weigh (and amax of nothing is undefined)
+        return torch.zeros_like(Z)
+    m = Z.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all -inf rows
+    e = torch.exp(Z - m)  # exp(x - max) <= 1: never overflows
+    total = e.sum(dim=dim, keepdim=True)
+    return torch.where(total > 0, e / torch.where(total > 0, total, 1), 0)
+
+
+def soft_lookup(
+    query: list[float],
+    keys: dict[str, list[float]],
+    values: dict[str, list[float]],
+    sharpness: float,
+) -> tuple[dict[str, float], list[float]]:
+    """A soft dictionary look-up in plain Python.
+
+    score(name) = sharpness * (query . key) / sqrt(len(query)); weights are the
+    softmax of the scores; output is the weighted sum of the values.
+    """
+    d = len(query)
+    raw = {
+        name: sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(d) for name, key in keys.items()
+    }
+    top = max(raw.values())
+    exps = {name: math.exp(s - top) for name, s in raw.items()}
+    total = sum(exps.values())
+    weights = {name: e / total for name, e in exps.items()}
+    width = len(next(iter(values.values())))
+    output = [sum(weights[name] * values[name][i] for name in keys) for i in range(width)]
+    return weights, output
+
+
+# ----------------------------------------------------------------- seeded cases and mistakes
+
+
+def _softmax_cases(device: torch.device) -> list[Case]:
+    cases = []
+    for i, (kind, batch) in enumerate(batches()):
+        for dtype in dtypes(batch):
+            Z = randn(*batch, TQ, TK, seed=500 + i, device=device, dtype=dtype) * 3
+            cases.append(Case(label(kind, dtype, device), (Z,)))
+    Z = randn(TQ, TK, seed=510, device=device)
+    cases.append(Case(label("dim=-2 given explicitly", torch.float32, device), (Z,), {"dim": -2}))
+    big = randn(B, TQ, TK, seed=511, device=device) + 1000
+    cases.append(Case(label("scores near 1000 (overflow test)", torch.float32, device), (big,)))
+    levels = randn(TQ, TK, seed=512, device=device)
+    levels[0] += 1000  # one row far above the others
+    cases.append(Case(label("rows at very different levels", torch.float32, device), (levels,)))
+    masked = apply_mask(randn(B, TQ, TQ, seed=513, device=device), causal_mask(TQ, device))
+    cases.append(
+        Case(label("causally masked scores (-inf above the diagonal)", torch.float32, device), (masked,))
+    )
+    dead = randn(TQ, TK, seed=514, device=device)
+    dead[1] = NEG_INF
+    dead[3, 2:] = NEG_INF
+    cases.append(Case(label("a row that is all -inf", torch.float32, device), (dead,)))
+    Z3 = randn(B, TQ, TK, seed=515, device=device, dtype=torch.float64)
+    cases.append(Case(label("batched 3-D, dim=1 given explicitly", torch.float64, device), (Z3,), {"dim": 1}))
+    cols = randn(B, TK, TK, seed=516, device=device)
+    cols[:, :, 2] = NEG_INF  # along dim -2, column 2 has nothing to look at
+    cases.append(
+        Case(label("dim=-2 with a column that is all -inf", torch.float32, device), (cols,), {"dim": -2})
+    )
+    return cases
+
+
+def _naive_softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    e = torch.exp(Z)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _softmax_no_guard(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    e = torch.exp(Z - Z.amax(dim=dim, keepdim=True))  # an all -inf row: -inf - (-inf) = NaN
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _softmax_no_keepdim(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    e = torch.exp(Z - Z.amax(dim=dim))  # (..., T) lines up with the last axis, not with dim
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+SOFTMAX_RULE = (
+    "Do not call torch.softmax (nor torch.nn.functional.softmax, Tensor.softmax, torch.special.softmax "
+    "or log_softmax): the point of this exercise is to build it from torch.exp."
+)
+SOFTMAX_FAMILY = [
+    "torch.softmax",
+    "torch.Tensor.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.special.log_softmax",
+]
+
+
+def _on_fixed_dim(fixed: int, name: str, hint: str, example: str) -> list[Trap]:
+    """A softmax over dim ``fixed`` whatever dim says: with the guard for an all -inf row, and without."""
+    return same_mistake(
+        name,
+        hint,
+        (lambda Z, dim=-1: softmax(Z, dim=fixed), example),
+        (lambda Z, dim=-1: _softmax_no_guard(Z, dim=fixed), example),
+    )
+
+
+SOFTMAX = Exercise(
+    reference=softmax,
+    cases=_softmax_cases,
+    forbidden={name: SOFTMAX_RULE for name in SOFTMAX_FAMILY},
+    traps=[
+        *_on_fixed_dim(
+            -2,
+            "softmax over dim -2 (the queries) instead of the keys",
+            "Each query's weights over the keys must sum to 1: normalise along dim (default -1).",
+            example="m = Z.amax(dim=-2, keepdim=True)  # ... and sum(dim=-2)",
+        ),
+        *_on_fixed_dim(
+            -1,
+            "the dim argument is ignored (always the last axis)",
+            "Use the dim you are given in amax and sum: softmax(Z, dim=-2) must normalise along dim -2.",
+            example="m = Z.amax(dim=-1, keepdim=True)  # whatever dim says",
+        ),
+        Trap(
+            "a fully masked row gives NaN",
+            "When every entry of a row is -inf, max is -inf and -inf - (-inf) = NaN; "
+            "such a row must give all zeros (replace a -inf max by 0, or the sum 0 by 1).",
+            _softmax_no_guard,
+            example="e = torch.exp(Z - Z.amax(dim=dim, keepdim=True))\nreturn e / e.sum(dim=dim, keepdim=True)",
+        ),
+        Trap(
+            "naive softmax that overflows",
+            "exp(1000) is inf and inf / inf is NaN: subtract each row's max before exp "
+            "(it changes nothing mathematically).",
+            _naive_softmax,
+            example="e = torch.exp(Z)\nreturn e / e.sum(dim=dim, keepdim=True)",
+        ),
+        Trap(
+            "the global max was subtracted instead of each row's max",
+            "A row far below the global max underflows to 0 / 0 = NaN: use Z.amax(dim, keepdim=True).",
+            lambda Z, dim=-1: _naive_softmax(Z - Z.max(), dim),
+            example="e = torch.exp(Z - Z.max())",
+        ),
+        Trap(
+            "the max was subtracted without keepdim",
+            "Z.amax(dim) drops the dimension and broadcasts against the wrong axis; use keepdim=True.",
+            _softmax_no_keepdim,
+            example="e = torch.exp(Z - Z.amax(dim=dim))",
+        ),
+    ],
+)
+
+
+def _colour_cases(device: torch.device) -> list[Case]:
+    keys = {"red": [1.0, 0.0], "green": [0.0, 1.0], "orange": [0.8, 0.6]}
+    values = {"red": [255.0, 0.0], "green": [0.0, 255.0], "orange": [255.0, 165.0]}
+    long_orange = dict(keys, orange=[1.6, 1.2])
+    three = {"a": [0.5, -1.0, 2.0], "b": [1.0, 0.0, 0.0], "c": [-0.3, 0.3, 0.9], "d": [0.0, 0.0, 0.0]}
+    three_v = {"a": [1.0], "b": [2.0], "c": [4.0], "d": [8.0]}
+    cases = [
+        Case(f"colours, query [1.0, 0.1], sharpness {s}", ([1.0, 0.1], keys, values, s))
+        for s in (1.0, 5.0, 25.0)
+    ]
+    cases += [
+        Case("colours, query [0.0, 1.0], sharpness 5", ([0.0, 1.0], keys, values, 5.0)),
+        Case("colours, orange's key doubled, sharpness 5", ([1.0, 0.1], long_orange, values, 5.0)),
+        Case("colours, sharpness 2000 (overflow test)", ([1.0, 0.1], keys, values, 2000.0)),
+        Case("3-D keys, 1-D values, sharpness 2", ([0.2, 0.4, -1.0], three, three_v, 2.0)),
+    ]
+    return cases
+
+
+def _compare_lookup(expected, got, label: str) -> str | None:
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return "soft_lookup should return two things: (weights, output)."
+    (w_exp, o_exp), (w_got, o_got) = expected, got
+    if not isinstance(w_got, dict):
+        return f"weights should be a dict name -> float, got {type(w_got).__name__}."
+    if set(w_got) != set(w_exp):
+        return f"weights should have the keys {sorted(w_exp)}, got {sorted(w_got)}."
+    for name in w_exp:
+        try:
+            value = float(w_got[name])
+        except (TypeError, ValueError):
+            return f"weights[{name!r}] should be a number, got {w_got[name]!r}."
+        if not math.isclose(value, w_exp[name], rel_tol=1e-6, abs_tol=1e-9):
+            return f"weights[{name!r}] is {fmt(value)}, expected {fmt(w_exp[name])}."
+    try:
+        o_list = [float(v) for v in o_got]
+    except (TypeError, ValueError):
+        return f"output should be a list of numbers, got {o_got!r}."
+    if len(o_list) != len(o_exp):
+        return f"output should have {len(o_exp)} numbers (one per value entry), got {len(o_list)}."
+    for i, (g, e) in enumerate(zip(o_list, o_exp)):
+        if not math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-6):
+            return f"output[{i}] is {fmt(g)}, expected {fmt(e)}."
+    return None
+
+
+def fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _lookup_variant(scale, stable: bool = True):
+    def lookup(query, keys, values, sharpness):
+        raw = {
+            n: scale(sharpness, len(query)) * sum(q * k for q, k in zip(query, key))
+            for n, key in keys.items()
+        }
+        top = max(raw.values()) if stable else 0.0
+        exps = {n: math.exp(s - top) for n, s in raw.items()}
+        total = sum(exps.values())
+        w = {n: e / total for n, e in exps.items()}
+        width = len(next(iter(values.values())))
+        return w, [sum(w[n] * values[n][i] for n in keys) for i in range(width)]
+
+    return lookup
+
+
+LOOKUP_RULE = "soft_lookup is plain Python: lists, dicts and math (math.exp), no torch."
+
+SOFT_LOOKUP = Exercise(
+    reference=soft_lookup,
+    cases=_colour_cases,
+    forbidden={
+        name: LOOKUP_RULE for name in [*SOFTMAX_FAMILY, "torch.tensor", "torch.as_tensor", "torch.exp"]
+    },
+    compare=_compare_lookup,
+    traps=[
+        Trap(
+            "the scores were not divided by sqrt(d)",
+            "score = sharpness * (query . key) / sqrt(len(query)).",
+            _lookup_variant(lambda s, d: s),
+            example="score = sharpness * dot",
+        ),
+        Trap(
+            "sharpness divides instead of multiplies",
+            "Higher sharpness must make the weights more peaked: multiply the scores by it.",
+            _lookup_variant(lambda s, d: 1 / (s * math.sqrt(d))),
+            example="score = dot / (sharpness * math.sqrt(d))",
+        ),
+        Trap(
+            "naive softmax that overflows",
+            "math.exp of a large score overflows: subtract the largest score before exp.",
+            _lookup_variant(lambda s, d: s / math.sqrt(d), stable=False),
+            example="exps = {n: math.exp(s) for n, s in scores.items()}",
+        ),
+    ],
+)
+
+
+EXERCISES: dict[str, Exercise] = {ex.name: ex for ex in (SOFTMAX, SOFT_LOOKUP)}

@@ -1,0 +1,120 @@
+"""The import rules of docs/ARCHITECTURE.md, read from the source with ast (nothing is imported)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.classroom.seal import RUNTIME_MODULES
+from tests.nbtools import ROOT
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS\n?", re.S)
+
+
+def _imports(tree: ast.AST, top_level_only: bool = False) -> list[str]:
+    """Absolute module names imported in a tree (only statements run at import time if top_level_only)."""
+    found = []
+    nodes = ast.walk(tree) if not top_level_only else _module_level(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+            "__import__",
+            "import_module",
+        ):
+            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                found.append(node.args[0].value)
+    return found
+
+
+def _module_level(tree: ast.AST):
+    """Every node that runs when the module is imported (not inside a function or class body)."""
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _python_files(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _imports_of(path: Path, top_level_only: bool = False) -> list[str]:
+    return _imports(ast.parse(path.read_text()), top_level_only)
+
+
+def _uses(names: list[str], package: str) -> list[str]:
+    return [n for n in names if n == package or n.startswith(package + ".")]
+
+
+def _cell_code(source: str) -> ast.AST:
+    """A code cell's Python, its IPython magics and shell lines left out."""
+    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(lines))
+
+
+def test_the_student_package_never_imports_the_grader():
+    bad = {
+        p.relative_to(ROOT).as_posix(): _uses(_imports_of(p), "grader")
+        for p in _python_files("attention_course")
+    }
+    assert not {k: v for k, v in bad.items() if v}
+
+
+@pytest.mark.parametrize("folder", ["notebooks", "solutions"])
+def test_notebooks_never_import_the_grader_outside_hidden_tests(folder):
+    bad = []
+    for path in sorted((ROOT / folder).glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and _uses(
+                _imports(_cell_code(HIDDEN.sub("", cell.source))), "grader"
+            ):
+                bad.append(f"{path.relative_to(ROOT)}: {cell.get('id')}")
+    assert not bad
+
+
+def test_benchmarks_never_import_the_tests():
+    bad = {p.name: _uses(_imports_of(p), "tests") for p in _python_files("benchmarks")}
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def test_the_grader_never_imports_tests_benchmarks_or_scripts():
+    bad = {}
+    for path in _python_files("grader"):
+        names = _imports_of(path)
+        used = _uses(names, "tests") + _uses(names, "benchmarks") + _uses(names, "scripts")
+        if used:
+            bad[path.relative_to(ROOT).as_posix()] = used
+    assert not bad
+
+
+def test_the_classroom_package_init_imports_nothing():
+    """Inside the seal grader/classroom is mounted as a package of its own: its __init__ must load nothing."""
+    tree = ast.parse((ROOT / "grader" / "classroom" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+@pytest.mark.parametrize("module", [m for m in RUNTIME_MODULES if m != "__init__.py"])
+def test_modules_mounted_in_the_seal_do_not_import_the_grader_when_loaded(module):
+    """guard, sandbox, the fork server and the kernel launcher run where grader/ does not exist."""
+    path = ROOT / "grader" / "classroom" / module
+    assert not _uses(_imports_of(path, top_level_only=True), "grader")
+
+
+def test_lesson_modules_import_only_the_harness_and_earlier_lessons():
+    for path in sorted((ROOT / "grader" / "lessons").glob("l*.py")):
+        number = path.stem[1:3]
+        for name in _uses(_imports_of(path), "grader"):
+            if name == "grader.harness" or name == "grader.lessons._common":
+                continue
+            lesson = re.fullmatch(r"grader\.lessons\.l(\d\d)_\w+", name)
+            assert lesson and lesson.group(1) < number, f"{path.name} imports {name}"

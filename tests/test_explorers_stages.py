@@ -1,0 +1,333 @@
+"""The stage stepper's picture, the mask explorer (lesson 04) and the linked pipeline view (lesson 07).
+
+Driven from Python, without a browser: what a student sees is asserted through the
+figure's colour scales and texts, the mask explorer's cells and words, and the
+pipeline's lit cells and arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from attention_course.explorers import choosing, drawing
+from tests.nbtools import ROOT
+from tests.solutions import solution_functions
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# the solution notebooks' own functions (one reference per graded function)
+_MASKING = solution_functions("04_masking")
+causal_mask, padding_mask, apply_mask = (
+    _MASKING["causal_mask"],
+    _MASKING["padding_mask"],
+    _MASKING["apply_mask"],
+)
+attention = solution_functions("07_one_head")["attention"]
+
+
+# --------------------------------------------------------------- stage stepper
+
+
+def test_raw_and_scaled_scores_share_one_colour_scale_so_scaling_shows():
+    from attention_course.explorers import stage_stepper
+
+    ex = stage_stepper(example="love_cats")
+    fig = ex.figure
+    image = fig.panels["now"]["image"]
+    seen = {}
+    for k in (1, 2, 3):
+        ex.controls["stage"].value = k
+        fig.show(k - 1, 2)
+        seen[k] = (image.norm.vmin, image.norm.vmax, fig.cb_name.get_text())
+    assert seen[1] == seen[2], "raw and scaled scores are drawn on the same colour scale"
+    assert seen[1][:2] == pytest.approx((2 / math.sqrt(3), 16.0)) and seen[1][2] == "score", (
+        "the scale runs from the smallest scaled score to the largest raw one"
+    )
+    assert seen[3] == (0.0, 1.0, "weight"), "weights run from 0 to 1"
+    assert ex.st.scaled.abs().max() < ex.st.S.abs().max() / 1.7, "the scaled stage's values are smaller"
+    ex.controls["stage"].value = 2
+    fig.show(1, 2)
+    labels = [t.get_text() for t in fig.cb_labels if t.get_visible()]
+    assert len(labels) >= 3 and all(re.fullmatch(r"-?\d+(\.\d+)?", t) for t in labels), labels
+    assert "scaling: ON (/ sqrt(3) = 1.73)" in ex.stage_name.value
+    ex.controls["stage"].value = 1
+    assert "scaling: OFF" in ex.stage_name.value
+
+
+def test_stage_stepper_shows_the_stage_before_faintly_and_marks_the_query():
+    from attention_course.explorers import stage_stepper
+
+    ex = stage_stepper(example="cat_sat")
+    fig = ex.figure
+    ex.controls["stage"].value = 3
+    fig.show(2, 4)
+    prev = fig.panels["prev"]
+    assert prev["image"].get_alpha() < 0.6 and prev["image"].get_visible()
+    assert prev["title"].get_text() == "before: 2. scaled"
+    assert "mask: ON" in fig.state_words(2) and "softmax: OFF" in fig.state_words(2)
+    ex.controls["query"].value = 2  # not drawn before: drawn now
+    rows = fig.panels["now"]["rows"]
+    assert rows[2].get_text() == "\u25b6 sat" and rows[2]._color == drawing.BLUE, (
+        "the query is marked in colour"
+    )
+    assert rows[1]._color == "black"
+    assert fig.row_box.get_y() == pytest.approx(1.5), "the chosen row is outlined"
+    assert fig.row_title._va == fig.row_token._va == "baseline" and fig.row_title._y == fig.row_token._y
+    ex.controls["stage"].value = 1
+    fig.show(0, 2)
+    assert not prev["image"].get_visible() and "first stage" in fig.prev_note.get_text()
+
+
+def test_stage_stepper_text_is_large_enough_and_nothing_is_cut_off():
+    from attention_course.explorers import stage_stepper
+
+    for example in ("love_cats", "cat_sat"):
+        ex = stage_stepper(example=example)
+        fig = ex.figure
+        for k in range(1, ex.controls["stage"].max + 1):
+            for q in (0, ex.st.T - 1):
+                with ex.batch():
+                    ex.controls["stage"].value = k
+                    ex.controls["query"].value = q
+                fig.show(k - 1, q)
+                assert drawing.min_text_px(fig.ff.fig) >= drawing.MIN_TEXT_PX
+                outside = [
+                    b[0]
+                    for b in fig.text_boxes()
+                    if b[1] < 0 or b[2] < 0 or b[3] > fig.W_PX or b[4] > fig.H_PX
+                ]
+                assert outside == [], f"{example} stage {k}: cut off {outside}"
+        assert drawing.texts_outside(fig.ff.fig) == []
+
+
+def test_stage_stepper_steps_without_full_redraws_and_keeps_each_picture():
+    from attention_course.explorers import stage_stepper
+
+    ex = stage_stepper(example="cat_sat")
+    ff = ex.figure.ff
+    draws = ff.full_draws
+    pictures = {}
+    for q in (4, 0):
+        for k in range(1, 6):
+            with ex.batch():
+                ex.controls["stage"].value = k
+                ex.controls["query"].value = q
+            pictures[(k, q)] = ex.image.value
+    assert ff.full_draws == draws, "a stage seen for the first time needs no full redraw"
+    assert len(set(pictures.values())) == 10
+    ex.controls["stage"].value = 2
+    assert ex.image.value == pictures[(2, 0)]
+
+
+# ----------------------------------------------------------------- mask explorer
+
+
+def _hidden_keys(view, b):
+    """Keys hidden from every query of sequence b."""
+    return [j for j in range(view.T) if all(not bool(view.combined[b, i, j]) for i in range(view.T))]
+
+
+def test_mask_explorer_shows_the_padding_each_length_hides():
+    from attention_course.explorers import mask_explorer
+
+    ex = mask_explorer()
+    v = ex.state
+    assert v.lengths == (5, 3, 2) and int(v.causal.sum()) == 15, "15 of 25 cells of a causal mask are allowed"
+    assert _hidden_keys(v, 1) == [3, 4] and _hidden_keys(v, 2) == [2, 3, 4]
+    assert "sequence 2 (b = 1) has length 3: keys 3 and 4 are padding, hidden from every query" in (
+        ex.readout.value
+    )
+    ex.controls["length_2"].value = 1  # the brief's lengths [5, 3, 1]
+    v = ex.state
+    assert v.padding.tolist() == [[[True] * 5], [[True] * 3 + [False] * 2], [[True] + [False] * 4]]
+    assert _hidden_keys(v, 2) == [1, 2, 3, 4]
+    assert "keys 1, 2, 3 and 4 are padding" in ex.readout.value
+    assert torch.isinf(v.masked[2, 4, 1]) and v.hidden_by(2, 4, 1) == "padding"
+    assert v.hidden_by(2, 0, 4) == "both" and v.hidden_by(0, 1, 3) == "causal"
+    assert v.weights[2, 4].tolist() == [1.0, 0.0, 0.0, 0.0, 0.0], "only 'The' is left to look at"
+    picture = ex.picture.value
+    sequence3 = picture[picture.index("ac-sequence-2") :]
+    assert len(re.findall(r"ac-score ac-hidden", sequence3)) == 25 - 5, "sequence 3 keeps 5 scores"
+    ex.controls["length_2"].value = 0
+    assert "see nothing at all" in ex.readout.value and ex.state.weights[2].sum() == 0
+
+
+def test_mask_explorer_t_slider_keeps_lengths_in_range():
+    from attention_course.explorers import mask_explorer
+
+    ex = mask_explorer()
+    ex.controls["T"].value = 3
+    assert ex.state.T == 3 and ex.state.lengths == (3, 3, 2)
+    assert ex.controls["length_0"].max == 3 and "causal mask (T = 3)" in ex.readout.value
+
+
+def test_mask_explorer_uses_the_students_functions_and_labels_a_stub():
+    from attention_course.explorers import mask_explorer
+
+    calls = []
+
+    def spied(lengths, T):
+        calls.append((lengths.tolist(), T))
+        return padding_mask(lengths, T)
+
+    ex = mask_explorer(causal_mask, spied, apply_mask)
+    assert ([5, 3, 2], 5) in calls
+    assert {c.source for c in ex.choices.values()} == {"yours"} and ex.state.wrong_cells() == []
+    stubbed = mask_explorer(causal_mask=stub, padding_mask=padding_mask, apply_mask=stub)
+    assert stubbed.choices["causal_mask"].source == "stub"
+    assert "implement <code>causal_mask</code> above" in stubbed.banner.value
+    assert stubbed.state.padding.tolist() == ex.state.padding.tolist()
+
+    def inverted(S, allowed):  # a trap of lesson 04: True taken as "blocked"
+        return S.masked_fill(allowed, float("-inf"))
+
+    wrong = mask_explorer(apply_mask=inverted)
+    assert wrong.state.wrong_cells(), "cells the mask hides but the scores keep are found"
+    assert "not -inf" in wrong.readout.value and "outline" in wrong.picture.value
+
+
+def test_mask_explorer_shows_the_weights_hidden_scores_become_zero():
+    from attention_course.explorers import mask_explorer
+
+    ex = mask_explorer(lengths=(5, 3, 1))
+    ex.controls["show"].value = "weights"
+    picture = ex.picture.value
+    sequence3 = picture[picture.index("ac-sequence-2") :]
+    last_row = re.findall(r"data-q='4' data-k='\d'[^>]*>([^<]*)<", sequence3)
+    assert last_row == ["1", "0", "0", "0", "0"], last_row
+    assert "becomes exactly 0 after softmax" in ex.readout.value
+
+
+def test_mask_explorer_names_a_mask_of_the_wrong_shape_and_keeps_going():
+    from attention_course.explorers import mask_explorer
+
+    def flat(lengths, T):  # forgot the query dimension: (B, T) instead of (B, 1, T)
+        return torch.arange(T)[None, :] < lengths[:, None]
+
+    ex = mask_explorer(padding_mask=flat)
+    assert ex.choices["padding_mask"].source == "error"
+    assert "(3, 5)" in ex.banner.value and "(3, 1, 5)" in ex.banner.value
+    assert _hidden_keys(ex.state, 1) == [3, 4], "the built-in version stands in"
+
+
+def test_mask_explorer_legend_names_every_mark():
+    from attention_course.explorers import mask_explorer
+
+    picture = mask_explorer().picture.value
+    for words in ("allowed", "hidden by the causal mask", "hidden by the padding mask", "hidden by both"):
+        assert words in picture
+    sizes = [float(x) for x in re.findall(r"font-size:(\d+(?:\.\d+)?)px", picture)]
+    assert sizes and min(sizes) >= 11
+
+
+# ----------------------------------------------------------------- pipeline view
+
+
+def test_pipeline_click_on_a_weight_lights_exactly_the_cells_it_came_from():
+    from attention_course.explorers import pipeline_view
+
+    ex = pipeline_view()  # "The cat sat on the", causal
+    ex.controls["query"].value = 2
+    ex.cells[("A", 2, 1)].click()  # A[sat, cat]
+    lit = ex.lit
+    seen = range(3)  # "sat" sees The, cat, sat
+    direct = {("masked", 2, j) for j in seen}
+    earlier = (
+        {("scaled", 2, j) for j in seen}
+        | {("S", 2, j) for j in seen}
+        | {("Q", 2, c) for c in range(2)}
+        | {("K", r, c) for r in seen for c in range(2)}
+        | {("X", r, f) for r in seen for f in range(4)}
+    )
+    assert {c for c, v in lit.items() if v == "chosen"} == {("A", 2, 1)}
+    assert {c for c, v in lit.items() if v == "direct"} == direct
+    assert {c for c, v in lit.items() if v == "earlier"} == earlier
+    assert "solid" in ex.cells[("masked", 2, 0)].layout.border
+    st = ex.st
+    text = ex.explanation.value
+    assert f"= {st.A[2, 1].item():.3f}" in text
+    row = re.findall(r"row 'sat' of the masked scores: \[(.*?)\]", text)
+    assert row == [", ".join(_fmt(x) for x in st.masked[2].tolist())]
+
+
+def _fmt(x):
+    from attention_course.explorers.numeric import fmt
+
+    return fmt(x)
+
+
+def test_pipeline_arithmetic_matches_every_cell():
+    from attention_course.explorers import pipeline, pipeline_view
+
+    ex = pipeline_view()
+    st = ex.st
+    for (stage, i, j), _button in ex.cells.items():
+        step = pipeline.explain(st, (stage, i, j))
+        want = pipeline.matrix(st, stage)[i, j].item()
+        if math.isinf(want):
+            assert step.value == want
+        else:
+            assert step.value == pytest.approx(want, abs=1e-9), (stage, i, j)
+
+
+def test_pipeline_follows_the_query_and_uses_the_students_attention():
+    from attention_course.explorers import pipeline_view
+
+    ex = pipeline_view(attention)
+    assert ex.st.made_by["A"] == "attention"
+    ex.cells[("O", 4, 0)].click()
+    assert "your <code>attention</code>" in ex.explanation.value or "your `attention`" in ex.explanation.value
+    assert "matches" in ex.explanation.value
+    ex.controls["query"].value = 0
+    assert ("O", 0, 0) in ex.cells and ex.state.cell == ("O", 0, 0)
+    assert ex.cells[("S", 0, 1)].description == "-inf" or ex.cells[("masked", 0, 1)].description == "-inf"
+    ex.cells[("masked", 0, 1)].click()
+    assert not any(v in ("direct", "earlier") for v in ex.lit.values()), "a masked score comes from the mask"
+    stubbed = pipeline_view(stub)
+    assert stubbed.choices["attention"].source == "stub"
+
+
+def test_pipeline_and_mask_explorer_display_and_stay_quiet_while_grading(monkeypatch):
+    from attention_course import explorers
+
+    for make in (explorers.mask_explorer, explorers.pipeline_view):
+        bundle = make()._repr_mimebundle_()
+        assert "model_id" in bundle["application/vnd.jupyter.widget-view+json"]
+        assert bundle["text/html"]
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    for make in (explorers.mask_explorer, explorers.pipeline_view):
+        ex = make()
+        assert ex.widget is None and "graded" in ex.text
+        assert set(ex._repr_mimebundle_()) == {"text/plain"}
+
+
+def test_new_explorers_avoid_ipywidgets_8_only_api_and_hold_no_exercise():
+    from attention_course.explorers import masks, pipeline
+
+    for path in ("masks.py", "pipeline.py"):
+        text = (ROOT / "attention_course" / "explorers" / path).read_text()
+        for name in (
+            "TagsInput",
+            "Stack(",
+            "description_allow_html",
+            "text_color",
+            "font_size",
+            "ColorsInput",
+        ):
+            assert name not in text, f"{name} is ipywidgets 8 only ({path})"
+    for module in (masks, pipeline):
+        names = [n for n in vars(module) if n.startswith("builtin") or n in ("causal_mask", "padding_mask")]
+        assert names == [], f"{module.__name__} has {names}"
+
+
+def test_padding_mask_probe_tells_a_working_function_from_a_stub():
+    assert choosing.choose("padding_mask", padding_mask).source == "yours"
+    assert "differs" not in choosing.choose("padding_mask", padding_mask).note
+    assert choosing.choose("padding_mask", stub).source == "stub"
