@@ -5,14 +5,22 @@ computed from it, whether a step on the way saw too much at once (a full ``T_q x
 matrix, ``scaled_dot_product_attention``, or whole rows of ``N`` entries). The note travels with
 the data. It answers nothing: it only says *how* something was computed, so the lesson's checks
 can see it wherever the student's function runs.
+
+A :class:`CallWatch` watches one call at the level of every torch operation it makes, on watched
+and plain tensors alike: a forbidden function called by any of its names (lesson 05's "no
+torch.softmax" is not fooled by ``torch._softmax``), a watched input taken out of torch whole
+(numpy, ``tolist``) or turned into a plain tensor, and the largest tensor the call made.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,8 @@ def _judge(
 class Watched(torch.Tensor):
     """A tensor that notes, on everything computed from it, whether a step saw too much at once."""
 
+    _rule: Rule | None = None
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -128,3 +138,160 @@ def note_of(x) -> tuple[str, str] | None:
         if note is not None:
             return note
     return None
+
+
+# ------------------------------------------------------------ watching one call
+
+
+# operations that take a whole tensor out of torch, where no watch can follow what is done with it
+_CONVERSIONS = {
+    "numpy", "tolist", "item", "__array__", "tensor", "as_tensor", "asarray", "__reduce_ex__", "__dlpack__",
+    "untyped_storage", "storage", "_typed_storage", "data_ptr", "__float__", "__int__", "__index__",
+}  # fmt: skip
+_METADATA = {"__get__", "size", "dim", "numel", "element_size", "is_floating_point", "__len__", "stride"}
+
+
+def _base(name: str) -> str:
+    """A function's name without overload or private prefixes: '_softmax.default' -> 'softmax'."""
+    return name.split(".")[0].lstrip("_")
+
+
+def _resolve_name(qualified: str) -> Any:
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+            for part in parts[cut:]:
+                owner = getattr(owner, part)
+            return owner
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _holds_too_much(rule: Rule, t: torch.Tensor) -> bool:
+    shape = tuple(t.shape)
+    if rule.kind == "row":
+        return rule.N in shape
+    return rule.T_k in shape or rule.T_q * rule.T_k in shape
+
+
+class CallWatch(TorchFunctionMode):
+    """While one call of a student's function runs: the forbidden functions it calls (by any alias),
+    how lesson 11's watched inputs were read, and the largest tensor it made.
+
+    It sees every torch operation the call makes at its own level, on watched and plain tensors alike,
+    so a private alias (``torch._softmax``), the C binding or a watched input turned into a plain
+    tensor is seen too. ``calls``: forbidden names called; ``note``: (kind, sentence) or None;
+    ``largest``: (bytes, shape, dtype) of the largest tensor an operation returned.
+    """
+
+    def __init__(self, forbidden: list[str] | tuple[str, ...] = (), inputs: Any = ()) -> None:
+        super().__init__()
+        self.forbidden = [str(n) for n in forbidden]
+        self._objects = {}
+        for name in self.forbidden:
+            obj = _resolve_name(name)
+            if obj is not None:
+                self._objects.setdefault(id(obj), name)
+        self.calls: list[str] = []
+        self.largest: tuple[int, tuple[int, ...], torch.dtype] | None = None
+        self.note: tuple[str, str] | None = None
+        watched_inputs = [t for t in all_tensors(inputs) if isinstance(t, Watched)]
+        rules = [t._rule for t in watched_inputs if t._rule is not None and t._rule.kind in ("row", "matrix")]
+        self.rule: Rule | None = rules[0] if rules else None
+        self._shapes = {tuple(t.shape) for t in watched_inputs}
+        self.read = False
+
+    def _forbidden_name(self, func: Any) -> str | None:
+        name = self._objects.get(id(func))
+        if name is not None:
+            return name
+        raw = _name(func).split(".")[0]
+        for name in self.forbidden:  # the name itself first (torch._softmax), then its family
+            if name.rsplit(".", 1)[-1] == raw:
+                return name
+        seen = _base(raw)
+        if seen.startswith("special_"):
+            seen = seen[len("special_") :]
+        for name in self.forbidden:
+            want = _base(name.rsplit(".", 1)[-1])
+            if seen == want or seen.endswith("_" + want):
+                return name
+            if want.startswith("scaled_dot_product") and "scaled_dot_product" in seen:
+                return name
+        return None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        called = self._forbidden_name(func) if self.forbidden else None
+        if called is not None and called not in self.calls:
+            self.calls.append(called)
+        out = func(*args, **kwargs)
+        try:
+            self._look(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
+        except Exception:  # noqa: BLE001 - watching never changes what the student's code gets
+            pass
+        return out
+
+    def _look(self, func: Any, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        for t in outputs:
+            size = t.numel() * t.element_size()
+            if self.largest is None or size > self.largest[0]:
+                self.largest = (size, tuple(t.shape), t.dtype)
+        rule = self.rule
+        if rule is None:
+            return
+        name = _name(func)
+        mine = [t for t in inputs if isinstance(t, Watched) and t._rule is not None]
+        if mine and (outputs or name in _CONVERSIONS) and name not in _METADATA:
+            self.read = True
+        if self.note is not None:
+            return
+        if name in _CONVERSIONS:
+            for t in mine:
+                if _holds_too_much(rule, t):
+                    self.note = (
+                        "whole",
+                        f"`{name}` took a tensor of shape {tuple(t.shape)} out of torch at once "
+                        "(the watch cannot follow what is computed from it)",
+                    )
+                    return
+        if rule.kind == "matrix":
+            floating = [t for t in outputs if t.is_floating_point()]
+            self.note = _judge(rule, func, inputs, floating)
+        elif name not in _SELECTS and outputs:
+            for t in inputs:
+                if not isinstance(t, Watched) and t.is_floating_point() and tuple(t.shape) in self._shapes:
+                    self.note = (
+                        "row",
+                        f"`{name}` was applied to a tensor of shape {tuple(t.shape)}, which holds whole rows "
+                        f"of N = {rule.N} entries",
+                    )
+                    return
+
+    def verdict(self, value: Any) -> tuple[str, str] | None:
+        """The note for a call that returned ``value``: what was seen, or that the inputs were never read."""
+        if self.rule is None:
+            return None
+        found = note_of(value) or self.note
+        if found is None and not self.read:
+            found = (
+                "unseen",
+                "its result was computed without the watch seeing its inputs being read "
+                "(e.g. after turning them into plain tensors)",
+            )
+        return found
+
+
+def mark(value: Any, note: tuple[str, str] | None) -> Any:
+    """value with note put on its first tensor unless a tensor of it already carries one."""
+    if note is None or note_of(value) is not None:
+        return value
+    for t in all_tensors(value):
+        try:
+            t._note = note
+            return value
+        except (AttributeError, RuntimeError):
+            continue
+    return value

@@ -40,6 +40,16 @@ from grader.classroom.trusted import decode, plan, rebuild_error
             "%matplotlib inline\nimport numpy\nnumpy.testing.assert_allclose = None",
             "patches numpy.testing.assert_allclose",
         ),
+        (
+            "import importlib\nst = importlib.import_module('attention_course.explorers.stages')",
+            "imports the explorers' internals (attention_course.explorers.stages)",
+        ),
+        (
+            "ch = __import__('attention_course.explorers', fromlist=['choosing'])",
+            "imports the explorers' internals (attention_course.explorers.choosing)",
+        ),
+        ("import builtins\nbuiltins.__import__ = print", "patches builtins.__import__"),
+        ("name = 'tor' + 'ch'\nt = __import__(name)", "imports a module by a computed name"),
     ],
 )
 def test_static_scan_names_each_sign(code, sign):
@@ -51,6 +61,9 @@ def test_static_scan_leaves_honest_code_alone():
         "import torch\nimport math\n\ndef project(X, W_q, W_k, W_v):\n    total = sum([1, 2])\n    return X @ W_q, X @ W_k, X @ W_v",
         "import numpy as np\nA = np.zeros(3)\nA[0] = 1\nresult = {}\nresult['x'] = 2",
         "def broken(:\n    pass",  # a syntax error is not tampering
+        # a standard module imported by the built-in function is not a change to the import system
+        "def softmax(Z, dim=-1):\n    exp = __import__('math').exp\n    return Z.apply_(exp)",
+        "import importlib\nnp = importlib.import_module('numpy')",
     ]
     assert tamper_scan.scan(honest) == []
 

@@ -195,3 +195,130 @@ def test_a_course_helper_is_never_an_answer():
     for fn in (checks.expect_shape, functools.partial(checks.expect_shape)):
         with pytest.raises(AssertionError, match="course's helper code"):
             grader.check("mix", fn)
+
+
+def test_a_not_implemented_error_with_a_message_is_an_error_on_its_case():
+    """Only a bare ``raise NotImplementedError()`` reads as "not implemented yet"; the student's own refusal is
+    reported on the case it refused."""
+
+    def mix(A, V):
+        if A.dtype != torch.float32:
+            raise NotImplementedError(f"mix only supports float32, got {A.dtype}")
+        return A @ V
+
+    with pytest.raises(AssertionError) as info:
+        grader.check("mix", mix)
+    message = str(info.value)
+    assert "it raised NotImplementedError: mix only supports float32, got torch.float64" in message
+    assert "Case:" in message and "not implemented yet" not in message
+
+
+def test_a_stub_rebuilt_outside_the_notebook_is_still_a_stub():
+    """The independent check rebuilds a student's bare NotImplementedError with an empty message."""
+
+    def project(X, W_q, W_k, W_v):
+        raise NotImplementedError("")
+
+    with pytest.raises(AssertionError, match="project is not implemented yet"):
+        grader.check("project", project)
+
+
+# ------------------------------------------------------------------ the independent check (in this process)
+
+
+class _InProcessSandbox:
+    """The trusted side's handle on a sandbox that answers here: every message and answer crosses as data."""
+
+    def __init__(self) -> None:
+        import builtins
+
+        from grader.classroom import sandbox
+
+        self.gone = None
+        self.changed: list[str] = []
+        self.namespace = {
+            "__name__": "__main__",
+            "__builtins__": builtins,
+            "get_ipython": lambda: sandbox.SHELL,
+        }
+
+    def request(self, message, timeout, callbacks=None):
+        import io
+        import pickle
+
+        from grader.classroom import sandbox
+
+        answer = sandbox.handle(pickle.loads(pickle.dumps(message)), self.namespace, timeout)
+        return torch.load(io.BytesIO(sandbox.dump(answer)), weights_only=True)
+
+
+def _verdict(answer: str, test_id: str, test: str, names: list[str]) -> dict:
+    """The independent check's verdict on one test cell, with ``answer`` as the student's solution cell."""
+    from grader.classroom import trusted
+
+    cells = [
+        {"id": "setup", "kind": "context", "source": "import torch\n"},
+        {"id": "answer", "kind": "solution", "source": ""},
+        {"id": "check", "kind": "test", "grade_id": test_id, "source": test},
+    ]
+    student = [
+        {"id": "setup", "kind": "other", "source": "import torch\n"},
+        {"id": "answer", "kind": "other", "source": answer},
+        {"id": "check", "kind": "test", "source": test},
+    ]
+    job = {"source_cells": cells, "student_cells": student, "graded_names": names, "cell_timeout": 30}
+    return trusted.evaluate(job, _InProcessSandbox())["verdicts"][test_id]
+
+
+MASK_CHECK = """
+S = torch.randn(5, 5, generator=torch.Generator().manual_seed(0))
+causal = torch.ones(5, 5, dtype=torch.bool).tril()
+A = torch.softmax(apply_mask(S, causal), dim=-1)
+assert (A[~causal] == 0).all(), "weights above the diagonal must be 0"
+"""
+
+
+def test_an_answer_that_opens_the_checks_own_mask_fails_it():
+    opens = "def apply_mask(S, allowed):\n    allowed.fill_(True)\n    return S.clone()\n"
+    verdict = _verdict(opens, "test04_apply_mask_softmax", MASK_CHECK, ["apply_mask"])
+    assert verdict["passed"] is False
+    assert "apply_mask changed its argument `allowed` in place" in verdict["message"]
+
+
+def test_a_correct_answer_keeps_the_checks_inputs_and_passes():
+    right = "def apply_mask(S, allowed):\n    return S.masked_fill(~allowed, float('-inf'))\n"
+    assert _verdict(right, "test04_apply_mask_softmax", MASK_CHECK, ["apply_mask"]) == {"passed": True}
+
+
+def test_a_value_that_is_not_data_fails_the_check_that_passes_it_on():
+    """A student's object cannot travel back to the student's code: the check fails, it is never left to the
+    notebook."""
+    answer = (
+        "class Cache:\n    pass\n\n\n"
+        "def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):\n    return torch.zeros(1), Cache(), Cache()\n"
+    )
+    check = (
+        "W = torch.eye(3)\nK_c, V_c = torch.zeros(0, 3), torch.zeros(0, 3)\n"
+        "for t in range(3):\n    o_t, K_c, V_c = kv_cache_step(torch.ones(1, 3), K_c, V_c, W, W, W)\n"
+    )
+    verdict = _verdict(answer, "test09_kv_cache_step_values", check, ["kv_cache_step"])
+    assert verdict["passed"] is False
+    assert "kv_cache_step returned a Cache object; the check needs a tensor" in verdict["message"]
+
+
+ROUNDTRIP = """
+Y = torch.randn(2, 10, 512, generator=torch.Generator().manual_seed(0))
+assert torch.equal(merge_heads(split_heads(Y, 8)), Y), "merge_heads(split_heads(Y, 8)) should give Y back"
+"""
+
+
+def test_a_check_of_merge_heads_splits_with_the_reference():
+    """One mistake costs one exercise: a wrong split_heads does not cost merge_heads' round trip."""
+    answer = (
+        "def split_heads(X, n_heads):\n    return X.reshape(*X.shape[:-2], n_heads, X.shape[-2], -1)\n\n\n"
+        "def merge_heads(X):\n    return X.transpose(-3, -2).reshape(*X.shape[:-3], X.shape[-2], -1)\n"
+    )
+    names = ["split_heads", "merge_heads"]
+    assert _verdict(answer, "test08_merge_heads_roundtrip", ROUNDTRIP, names) == {"passed": True}
+    wrong_merge = answer.replace("X.transpose(-3, -2).reshape", "X.reshape")
+    assert _verdict(wrong_merge, "test08_merge_heads_roundtrip", ROUNDTRIP, names)["passed"] is False

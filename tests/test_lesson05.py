@@ -269,3 +269,52 @@ def test_the_predictions_are_asked_before_any_section_answers_them():
     assert "Pause and predict" in cells[asked].source
     for reveal in ("code-08", "code-14", "code-16", "code-18"):
         assert asked < ids.index(reveal), reveal
+
+
+# torch.softmax by other names: the rule holds whatever the route to a softmax kernel
+AROUND_THE_RULE = {
+    "torch._softmax": "return torch._softmax(Z, dim, False).nan_to_num(0.0)",
+    "the C binding of torch.softmax": "return torch._C._VariableFunctions.softmax(Z, dim).nan_to_num(0.0)",
+    "the aten operator": "return torch.ops.aten._softmax.default(Z, dim, False).nan_to_num(0.0)",
+    "softmin of -Z": "return torch.nn.functional.softmin(-Z, dim).nan_to_num(0.0)",
+    "torch.special.softmax": "return torch.special.softmax(Z, dim).nan_to_num(0.0)",
+}
+
+
+@pytest.mark.parametrize("route", list(AROUND_THE_RULE))
+def test_softmax_by_another_name_fails_with_the_rule(route):
+    import torch
+
+    import grader
+
+    namespace = {"torch": torch}
+    exec(f"def softmax(Z, dim=-1):\n    {AROUND_THE_RULE[route]}", namespace)
+    with pytest.raises(AssertionError) as failed:
+        grader.check("softmax", namespace["softmax"])
+    message = str(failed.value)
+    assert "which this exercise rules out. The rule: Do not call torch.softmax" in message
+    assert "build it from torch.exp" in message
+
+
+def test_torch_inside_soft_lookup_fails_with_the_rule_by_any_name():
+    import torch
+
+    import grader
+
+    def soft_lookup(query, keys, values, sharpness):
+        scores = {
+            n: sharpness * sum(q * k for q, k in zip(query, key)) / math.sqrt(len(query))
+            for n, key in keys.items()
+        }
+        top = max(scores.values())
+        exps = {
+            n: torch._C._VariableFunctions.exp(torch.zeros(()) + (s - top)).item() for n, s in scores.items()
+        }
+        total = sum(exps.values())
+        weights = {n: e / total for n, e in exps.items()}
+        width = len(next(iter(values.values())))
+        return weights, [sum(weights[n] * values[n][c] for n in keys) for c in range(width)]
+
+    with pytest.raises(AssertionError) as failed:
+        grader.check("soft_lookup", soft_lookup)
+    assert "soft_lookup is plain Python" in str(failed.value)

@@ -404,3 +404,168 @@ RIGHT_SUBMISSIONS = {
 )
 def test_other_correct_ways_pass_in_process(name, source):
     grader.check(name, wrong_versions.answer_function(source, name))
+
+
+# ------------------------------------------------- the watch cannot be left behind
+
+LAUNDERED = {
+    "a numpy round trip": (
+        "online_softmax_stats",
+        """
+def online_softmax_stats(Z, block_size):
+    Z = torch.from_numpy(Z.detach().cpu().numpy()).to(Z.device)
+    m = Z.amax(dim=-1)
+    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
+""",
+        "took a tensor of shape (10,) out of torch at once",
+    ),
+    "tolist": (
+        "online_softmax_stats",
+        """
+def online_softmax_stats(Z, block_size):
+    Z = torch.tensor(Z.tolist(), dtype=Z.dtype, device=Z.device)
+    m = Z.amax(dim=-1)
+    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
+""",
+        "`tolist` took a tensor",
+    ),
+    "whole rows of a plain copy": (
+        "online_softmax_stats",
+        """
+def online_softmax_stats(Z, block_size):
+    with torch._C.DisableTorchFunctionSubclass():
+        Z = Z.as_subclass(torch.Tensor)
+    m = Z.amax(dim=-1)
+    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
+""",
+        "Diagnosis: the whole row was read at once",
+    ),
+    "no torch function watching at all": (
+        "online_softmax_stats",
+        """
+def online_softmax_stats(Z, block_size):
+    with torch._C.DisableTorchFunction():
+        Z = Z.as_subclass(torch.Tensor)
+        m = Z.amax(dim=-1)
+        return m, torch.exp(Z - m[..., None]).sum(dim=-1)
+""",
+        "without the watch seeing its inputs being read",
+    ),
+    "a full matrix of plain copies": (
+        "tiled_attention",
+        """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    with torch._C.DisableTorchFunctionSubclass():
+        Q, K, V = (t.as_subclass(torch.Tensor) for t in (Q, K, V))
+    S = (Q @ K.mT).double() / math.sqrt(Q.shape[-1])
+    if causal:
+        S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    return (torch.softmax(S, dim=-1) @ V.double()).to(Q.dtype)
+""",
+        "Diagnosis: the full score matrix was formed",
+    ),
+    "sdpa on plain copies": (
+        "tiled_attention",
+        """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    with torch._C.DisableTorchFunctionSubclass():
+        Q, K, V = (t.as_subclass(torch.Tensor) for t in (Q, K, V))
+    return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+""",
+        "Diagnosis: scaled_dot_product_attention was called",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(LAUNDERED))
+def test_turning_the_watched_inputs_into_plain_data_fails_the_hidden_check(how):
+    name, source, words = LAUNDERED[how]
+    with pytest.raises(AssertionError) as failed:
+        grader.check(name, wrong_versions.answer_function(source, name))
+    assert words in str(failed.value)
+
+
+TILED_F64 = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    dtype = Q.dtype
+    Q, K, V = Q.double(), K.double(), V.double()
+    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]
+    for start in range(0, K.shape[-2], block_size):
+        K_b, V_b = K[..., start:start + block_size, :], V[..., start:start + block_size, :]
+        S_b = Q @ K_b.mT / math.sqrt(Q.shape[-1])
+        if causal:
+            cols = torch.arange(start, start + K_b.shape[-2], device=Q.device)[None, :]
+            S_b = S_b.masked_fill(cols > rows, float("-inf"))
+        m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))
+        factor, P = torch.exp(m - m_new), torch.exp(S_b - m_new)
+        l, acc, m = l * factor + P.sum(dim=-1, keepdim=True), acc * factor + P @ V_b, m_new
+    return (acc / l).to(dtype)
+"""
+
+STATS_F64 = """
+def online_softmax_stats(Z, block_size):
+    dtype, Z = Z.dtype, Z.double()
+    m = torch.full(Z.shape[:-1], float("-inf"), dtype=Z.dtype, device=Z.device)
+    l = torch.zeros_like(m)
+    for block in Z.split(block_size, dim=-1):
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    return m.to(dtype), l.to(dtype)
+"""
+
+SCALED_FIRST = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    # scale the queries once, then blocks of keys as in the lesson (float32 rounds differently)
+    Q = Q / math.sqrt(Q.shape[-1])
+    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]
+    for start in range(0, K.shape[-2], block_size):
+        K_b, V_b = K[..., start:start + block_size, :], V[..., start:start + block_size, :]
+        S_b = Q @ K_b.mT
+        if causal:
+            cols = torch.arange(start, start + K_b.shape[-2], device=Q.device)[None, :]
+            S_b = S_b.masked_fill(cols > rows, float("-inf"))
+        m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))
+        factor, P = torch.exp(m - m_new), torch.exp(S_b - m_new)
+        l, acc, m = l * factor + P.sum(dim=-1, keepdim=True), acc * factor + P @ V_b, m_new
+    return acc / l
+"""
+
+BLOCK_TOLIST = """
+def online_softmax_stats(Z, block_size):
+    # each block read into Python numbers, one at a time, then back into torch
+    rows = Z.reshape(-1, Z.shape[-1])
+    ms, ls = [], []
+    for row in rows:
+        m, l = float("-inf"), 0.0
+        for start in range(0, Z.shape[-1], block_size):
+            block = row[start:start + block_size].tolist()
+            m_new = max(m, max(block))
+            l = l * math.exp(m - m_new) + sum(math.exp(z - m_new) for z in block)
+            m = m_new
+        ms.append(m)
+        ls.append(l)
+    shape = Z.shape[:-1]
+    m_t = torch.tensor(ms, dtype=Z.dtype, device=Z.device).reshape(shape)
+    return m_t, torch.tensor(ls, dtype=Z.dtype, device=Z.device).reshape(shape)
+"""
+
+
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("tiled_attention", TILED_F64),
+        ("tiled_attention", SCALED_FIRST),
+        ("online_softmax_stats", STATS_F64),
+        ("online_softmax_stats", BLOCK_TOLIST),
+    ],
+    ids=["tiled float64 inside", "tiled queries scaled first", "stats float64 inside", "stats block tolist"],
+)
+def test_float64_inside_and_other_roundings_pass(name, source):
+    grader.check(name, wrong_versions.answer_function(source, name))

@@ -4,9 +4,12 @@ A kernel started the way grading starts it (forked from the sealed fork server,
 or one bwrap per kernel as plain ``nbgrader autograde`` does) must not see the
 grading code, the instructor's sources, the gradebook, another student's
 submission or the home folder, must not reach the network, and must leave no
-process behind. A graded submission whose code is right only where the
-grading package is out of sight gets full marks from both the kernel and the
-sandbox; with the seal turned off the run says "not sealed".
+process behind. In place of the explorers it finds their stand-in: every
+explorer cell shows what it showed while graded, and no internal module of the
+explorers (their computations) can be imported. A graded submission whose code
+is right only where the grading package and the explorers' internals are out of
+sight gets full marks from both the kernel and the sandbox; with the seal turned
+off the run says "not sealed".
 """
 
 from __future__ import annotations
@@ -215,6 +218,80 @@ def test_background_process_does_not_outlive_the_notebook(
             os.kill(pid, 9)
 
 
+# ------------------------------------------------------------------ the explorers while graded
+
+
+def _explorers_as_graded(monkeypatch) -> dict[str, list[dict]]:
+    """What each explorer leaves in a graded notebook, from the explorers themselves (NBGRADER_EXECUTION set)."""
+    import attention_course.explorers as explorers
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    shown = {}
+    for name in explorers.__all__:
+        bundles = getattr(explorers, name)().static_outputs()
+        shown[name] = [{"output_type": "display_data", "data": b, "metadata": {}} for b in bundles]
+    return shown
+
+
+def _internal_modules() -> list[str]:
+    """Every module of the explorers but their package: what glue around their computations would import."""
+    import attention_course.explorers as explorers
+
+    folder = Path(explorers.__file__).parent
+    return sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+
+
+def test_stand_in_offers_every_explorer_and_nothing_else(monkeypatch):
+    import importlib.util
+
+    path = Path(seal.graded_explorers()) / "__init__.py"
+    spec = importlib.util.spec_from_file_location("graded_explorers", path)
+    stand_in = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stand_in)
+    shown = _explorers_as_graded(monkeypatch)
+    assert stand_in.__all__ == list(shown)
+    assert {n for n in vars(stand_in) if not n.startswith("_")} == set(shown)
+    for name, outputs in shown.items():
+        said = getattr(stand_in, name)(attention=None)
+        assert outputs == [{"output_type": "display_data", "data": {"text/plain": said.text}, "metadata": {}}]
+        assert repr(said) == outputs[0]["data"]["text/plain"]
+    assert [p.name for p in path.parent.iterdir()] == ["__init__.py"]
+
+
+@needs_seal
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_sealed_kernel_shows_the_explorers_as_graded_and_none_of_their_internals(
+    launch, course_like, kernel_settings, sealed_fork_server, monkeypatch
+):
+    _, mine = course_like
+    shown = _explorers_as_graded(monkeypatch)
+    cells = [f"from attention_course.explorers import {name}\n\n{name}()" for name in shown]
+    probe = f"""
+import importlib, json, os
+import attention_course.explorers as explorers
+seen = {{"folder": sorted(os.listdir(os.path.dirname(explorers.__file__)))}}
+for name in {_internal_modules()!r}:
+    try:
+        importlib.import_module("attention_course.explorers." + name)
+        seen[name] = "imported"
+    except ImportError as e:
+        seen[name] = type(e).__name__
+try:
+    from attention_course.explorers import stages  # noqa: F401
+    seen["from import"] = "imported"
+except ImportError as e:
+    seen["from import"] = type(e).__name__
+print("SEEN " + json.dumps(seen))
+"""
+    fork_server = sealed_fork_server if launch == "fork" else None
+    nb = _run([*cells, probe], mine, kernel_settings, fork_server)
+    for name, cell in zip(shown, nb.cells, strict=False):
+        assert [dict(o) for o in cell.outputs] == shown[name], (name, cell.outputs)
+    seen = _seen(nb)
+    assert seen.pop("folder") == ["__init__.py"]
+    assert len(seen) > 5 and set(seen.values()) <= {"ModuleNotFoundError", "ImportError"}, seen
+
+
 # ------------------------------------------------------------------ a graded submission
 
 
@@ -237,21 +314,27 @@ def gradebook(tmp_path_factory):
 
 
 def _submission(port: int) -> bytes:
-    """Lesson 01 answered correctly only where the grading code is out of sight; then a probe."""
+    """Lesson 01 answered correctly only where grading code and explorer internals are out of sight; a probe."""
     nb = nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
-    answer = f'''import os
+    answer = f'''import importlib
+import os
 
 import torch
 
 
 def project(X: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, W_v: torch.Tensor):
-    """Right in the seal; wrong wherever the grading package can be imported or seen."""
+    """Right in the seal; wrong wherever the grading package or the explorers' internals can be reached."""
     try:
         import grader  # noqa: F401
 
         sealed = False
     except ImportError:
         sealed = not os.path.exists({str(course.ROOT / "grader")!r})
+    try:
+        importlib.import_module("attention_course.explorers.stages")
+        sealed = False
+    except ImportError:
+        pass
     if not sealed:
         W_q = W_k
     return X @ W_q, X @ W_k, X @ W_v

@@ -675,8 +675,9 @@ class ApplyVerdicts(NbGraderPreprocessor):
                     reason = "this check did not run outside the notebook"
                 verdict = {"passed": False, "ename": "NotVerified", "message": reason}
             if verdict["passed"] is None:
-                # cannot be decided outside the notebook: the kernel's verdict (visible part) stands
-                ctx["notes"].append(f"{gid}: checked in the notebook only ({verdict.get('message', '')})")
+                # cannot be decided outside the notebook (inputs of the lesson's own that cannot leave this
+                # process; never a value of the student's): the kernel's verdict stands, for a person to review
+                ctx["flags"].append(f"{gid}: checked in the notebook only ({verdict.get('message', '')})")
                 cell.outputs = outputs
                 ctx["cells"].append(
                     CellResult(gid, lesson.exercise_of(gid), points, 0.0, kernel_passed, None)

@@ -30,7 +30,11 @@ reads with ``weights_only=True``, so nothing the student made can run there:
 - ``("call", name, args, kwargs, [other, ...], [forbidden, ...])``: the same,
   with each forbidden function (a dotted name such as ``torch.softmax``)
   wrapped for this call only, so that the answer's ``"called"`` lists those
-  the student's code called.
+  the student's code called (by any name: every torch operation of the call is
+  also seen by ``attention_course.watch.CallWatch``);
+- ``("call", name, args, kwargs, [other, ...], [forbidden, ...], True)``: the same,
+  and the answer's ``"largest"`` gives the shape and dtype of the largest tensor
+  the call made, for a cell of the trusted side that measures it.
 """
 
 from __future__ import annotations
@@ -404,6 +408,7 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
         name, args, kwargs = request[1:4]
         substitutes = list(request[4]) if len(request) > 4 and channel is not None else []
         forbidden = [str(n) for n in request[5]] if len(request) > 5 else []
+        measure = bool(request[6]) if len(request) > 6 else False
         fn = namespace.get(name)
         args, kwargs = _rewatched(args), _rewatched(kwargs)
         saved = {n: namespace[n] for n in substitutes if n in namespace}
@@ -415,14 +420,29 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
         try:
             if fn is None:
                 raise NameError(f"name {name!r} is not defined")
+            seen = None
+            if forbidden or measure or _WATCH is not None:  # every torch operation of the call, watched
+                from attention_course.watch import CallWatch
+
+                seen = CallWatch(forbidden, (args, kwargs))
             signal.setitimer(signal.ITIMER_REAL, timeout)
             try:
-                value = fn(*args, **kwargs)
+                if seen is None:
+                    value = fn(*args, **kwargs)
+                else:
+                    with seen:
+                        value = fn(*args, **kwargs)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                if seen is not None:
+                    called += [n for n in seen.calls if n not in called]
             answer = {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
-            if _WATCH is not None and _WATCH.note_of(value) is not None:
-                answer["note"] = list(_WATCH.note_of(value))  # how the result was computed (lesson 11)
+            note = seen.verdict(value) if seen is not None else None
+            if note is not None:
+                answer["note"] = list(note)  # how the result was computed (lesson 11)
+            if measure and seen is not None and seen.largest is not None:
+                size, shape, dtype = seen.largest
+                answer["largest"] = {"shape": list(shape), "dtype": dtype}  # the largest tensor it made
             return answer
         except BaseException as e:  # noqa: BLE001 - the student's error goes back as data
             kind = "TimeoutError" if isinstance(e, CellTimeout) else type(e).__name__

@@ -9,6 +9,10 @@ mount, PID, network and IPC namespace that shows only:
 - the student helpers (``attention_course/``) and ``data/``, read-only: the
   repository itself stays hidden, so neither ``grader/`` nor ``solutions/``
   nor the work folder (gradebook, other submissions) exists there;
+- in place of the explorers (``attention_course/explorers/``), a stand-in package
+  made from them (``graded_explorers``): the same entry points, each showing what
+  an explorer shows while a notebook is graded, and nothing else, so none of the
+  explorers' computations can be glued into an answer;
 - the small runtime that starts kernels and sandboxes (guard, sandbox, fork
   server), read-only, as the package ``course_runtime``;
 - the folders given as writable (the submission's own working folder), a
@@ -24,11 +28,14 @@ grading falls back to the in-process guard alone and every result says
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 OFF_VARIABLE = "ATTENTION_COURSE_NO_SEAL"
@@ -93,8 +100,8 @@ def _trial() -> tuple[bool, str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return False, "bubblewrap (bwrap) is not installed"
-    cmd = command(["/bin/true"], writable=[], cwd="/")
     try:
+        cmd = command(["/bin/true"], writable=[], cwd="/")
         done = subprocess.run(cmd, capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"bwrap could not run ({type(e).__name__}: {e})"
@@ -182,6 +189,10 @@ def command(
         _bind_existing("--ro-bind", os.environ["ATTENTION_COURSE_DATA"], args, seen)
     for p in readable or []:
         _bind_existing("--ro-bind", p, args, seen)
+    stand_in = graded_explorers()
+    for package in student_packages():
+        if (package / EXPLORERS).is_dir():
+            args += ["--ro-bind", stand_in, str(package / EXPLORERS)]
     here = Path(__file__).resolve().parent
     args += ["--dir", f"{RUNTIME}/{RUNTIME_PACKAGE}"]
     for name in RUNTIME_MODULES:
@@ -228,3 +239,170 @@ def sealed_env(env: dict[str, str] | None) -> dict[str, str]:
     if sys.prefix != sys.base_prefix:
         out["VIRTUAL_ENV"] = sys.prefix
     return out
+
+
+# ------------------------------------------------------------------ the explorers while graded
+
+HELPERS = "attention_course"
+EXPLORERS = "explorers"
+GRADED_TEXT = "{title}: not shown while the notebook is being graded."  # what Skipped says (explorers.base)
+
+STAND_IN = '''"""The course's explorers while a notebook is being graded: each says so and computes nothing.
+
+Made by the grading tool from the explorers' entry points: while a notebook is graded
+nothing else of the explorers exists.
+"""
+
+__all__ = {names!r}
+
+_TITLES = {titles!r}
+
+
+class _Skipped:
+    """What an explorer returns while a notebook is being graded."""
+
+    kind = "explorer"
+
+    def __init__(self, title):
+        self.title = title
+        self.text = {text!r}.format(title=title)
+        self.widget = None
+        self.controls = {{}}
+        self.state = None
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display({{"text/plain": self.text}}, raw=True, metadata=None)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {{"text/plain": self.text}}
+
+    def __repr__(self):
+        return self.text
+
+
+def _explorer(name):
+    def explorer(*args, **kwargs):
+        return _Skipped(_TITLES[name])
+
+    explorer.__name__ = explorer.__qualname__ = name
+    return explorer
+
+
+{definitions}
+'''
+
+
+def student_packages() -> list[Path]:
+    """Where the student helpers are found inside the seal (the repository's copy, an installed one)."""
+    found = [repo_root() / HELPERS]
+    spec = importlib.util.find_spec(HELPERS)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        found.append(Path(location))
+    out: list[Path] = []
+    for p in found:
+        p = Path(os.path.realpath(p))
+        if p.is_dir() and p not in out:
+            out.append(p)
+    return out
+
+
+def _class_title(module: Path, name: str) -> str | None:
+    """The ``title = "..."`` of class ``name`` in a module of the explorers."""
+    if not module.is_file():
+        return None
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for item in node.body:
+                if (
+                    isinstance(item, ast.Assign)
+                    and any(getattr(t, "id", "") == "title" for t in item.targets)
+                    and isinstance(item.value, ast.Constant)
+                ):
+                    return str(item.value.value)
+    return None
+
+
+def _skipped_title(function: ast.FunctionDef, package: Path) -> str | None:
+    """The title an entry point gives ``Skipped(...)``: a string, or ``SomeExplorer.title`` from its module."""
+    imported = {
+        a.asname or a.name: node.module
+        for node in ast.walk(function)
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        for a in node.names
+    }
+    for node in ast.walk(function):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "Skipped"
+            and node.args
+        ):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return arg.value
+        if isinstance(arg, ast.Attribute) and arg.attr == "title" and isinstance(arg.value, ast.Name):
+            module = imported.get(arg.value.id)
+            if module:
+                return _class_title(package / f"{module.replace('.', '/')}.py", arg.value.id)
+    return None
+
+
+def explorer_titles(package: Path) -> dict[str, str]:
+    """Each explorer entry point (``__all__`` of ``attention_course.explorers``) and its title, read from source.
+
+    The title is what the entry point hands ``Skipped`` while a notebook is graded; a
+    name whose title cannot be read gets its name in words.
+    """
+    init = package / "__init__.py"
+    if not init.is_file():
+        return {}
+    tree = ast.parse(init.read_text())
+    names: list[str] = []
+    functions: dict[str, ast.FunctionDef] = {}
+    aliases: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            functions[node.name] = node
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            if "__all__" in targets:
+                names = [str(n) for n in ast.literal_eval(node.value)]
+            elif isinstance(node.value, ast.Name):
+                aliases.update({t: node.value.id for t in targets})
+    titles = {}
+    for name in names:
+        function = functions.get(aliases.get(name, name))
+        title = _skipped_title(function, package) if function is not None else None
+        titles[name] = title or name.replace("_", " ").capitalize()
+    return titles
+
+
+def stand_in_source(titles: dict[str, str]) -> str:
+    """The ``__init__.py`` of the explorers' stand-in: each entry point returns what it shows while graded."""
+    definitions = "\n".join(f"{name} = _explorer({name!r})" for name in titles)
+    return STAND_IN.format(names=list(titles), titles=titles, text=GRADED_TEXT, definitions=definitions)
+
+
+@functools.lru_cache(maxsize=1)
+def graded_explorers() -> str:
+    """A folder (made once per process) that the seal shows in place of ``attention_course/explorers``."""
+    from multiprocessing import util
+
+    titles: dict[str, str] = {}
+    for package in student_packages():
+        titles = titles or explorer_titles(package / EXPLORERS)
+    parent = short_tmp()
+    for old in Path(parent).glob("graded-explorers-*-*"):  # left by processes that were killed
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and old.stat().st_uid == os.getuid():
+            shutil.rmtree(old, ignore_errors=True)
+    top = tempfile.mkdtemp(prefix=f"graded-explorers-{os.getpid()}-", dir=parent)
+    # removed when this process ends, a grading worker too (which ends without running atexit)
+    util.Finalize(None, shutil.rmtree, args=(top, True), exitpriority=0)
+    folder = Path(top) / EXPLORERS
+    folder.mkdir()
+    (folder / "__init__.py").write_text(stand_in_source(titles))
+    return str(folder)

@@ -5,7 +5,8 @@ verdicts are re-decided outside the kernel). Each sign is one readable
 sentence, e.g. "patches torch.isclose", "mentions the grading package" or
 "uses the course's helper code as an answer (project)": a graded function that is,
 or wraps, code of the student helpers earns nothing from the hidden checks anyway
-(release proves no helper passes one), and the flag says why.
+(release proves no helper passes one, and under the seal the explorers' internals do
+not exist while a notebook is graded), and the flag says why.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ TEXT_SIGNS = [
         re.compile(r"\b(_getframe|currentframe|f_back|f_globals|f_locals|get_referrers|get_objects)\b"),
         "inspects the caller's frames or memory",
     ),
-    (re.compile(r"\b(meta_path|path_hooks|__import__)\b"), "changes the import system"),
+    (re.compile(r"\b(meta_path|path_hooks)\b"), "changes the import system"),
     (
         re.compile(r"sys\.modules\s*(\[[^\]]*\]\s*=|\.(update|pop|setdefault|__setitem__))"),
         "replaces a module in sys.modules",
@@ -109,6 +110,11 @@ def _answer_sign(name: str) -> str:
 
 def _internals_sign(module: str) -> str:
     return f"imports the explorers' internals ({module})"
+
+
+COMPUTED_IMPORT = "imports a module by a computed name"
+# calls that import a module named by a string (``__import__`` itself is caught by its plain name)
+IMPORTERS = ("importlib.import_module", "importlib.__import__", "builtins.__import__")
 
 
 def graded_names() -> frozenset[str]:
@@ -264,7 +270,47 @@ class _Visitor(ast.NodeVisitor):
             self._add(f"rebinds the built-in {node.name}")
         self.generic_visit(node)
 
+    def _imported(self, node: ast.Call) -> None:
+        """``__import__(name)`` or ``importlib.import_module(name)``: which module, and is it the explorers'?"""
+        plain = (
+            isinstance(node.func, ast.Name)
+            and node.func.id == "__import__"
+            and "__import__" not in self.aliases
+        )
+        if not (plain or self._dotted(node.func) in IMPORTERS) or not node.args:
+            return
+        first = node.args[0]
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            self._add(COMPUTED_IMPORT)
+            return
+        module = first.value
+        if module.startswith("."):  # import_module(".stages", "attention_course.explorers")
+            package = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(package, ast.Constant) and isinstance(package.value, str)):
+                self._add(COMPUTED_IMPORT)
+                return
+            try:
+                module = importlib.util.resolve_name(module, package.value)
+            except (ImportError, ValueError):
+                return
+        if module.startswith(EXPLORERS + "."):
+            self._add(_internals_sign(module))
+        elif module == EXPLORERS:
+            fromlist = [k.value for k in node.keywords if k.arg == "fromlist"] + node.args[3:4]
+            for names in fromlist:
+                for name in names.elts if isinstance(names, (ast.List, ast.Tuple)) else []:
+                    if isinstance(name, ast.Constant) and name.value not in explorer_entry_points():
+                        self._add(_internals_sign(f"{module}.{name.value}"))
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        """A string that names a module of the explorers beyond their entry points."""
+        if isinstance(node.value, str):
+            for match in re.finditer(re.escape(EXPLORERS) + r"\.(\w+)", node.value):
+                if match.group(1) not in explorer_entry_points():
+                    self._add(_internals_sign(f"{EXPLORERS}.{match.group(1)}"))
+
     def visit_Call(self, node: ast.Call) -> None:
+        self._imported(node)
         if isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and node.args:
             dotted = self._dotted(node.args[0])
             if self._protected(dotted):

@@ -35,6 +35,7 @@ import io
 import json
 import os
 import pickle
+import re
 import select
 import signal
 import time
@@ -52,8 +53,9 @@ class SandboxGone(RuntimeError):
 class Unverifiable(BaseException):
     """A check's inputs cannot leave this process (e.g. objects that watch how they are used).
 
-    A BaseException, so the harness does not mistake it for the student's error:
-    the check is then decided in the notebook only, and the record says so.
+    A BaseException, so the harness does not mistake it for the student's error: the check is then
+    decided in the notebook only, and the submission is flagged for review. Only the lesson's own
+    inputs can get here: a value of the student's that is not data fails the check (``Opaque``).
     """
 
 
@@ -89,6 +91,8 @@ class Sandbox:
     def __init__(self, wfd: int, rfd: int, pid: int):
         self.wfd, self.rfd, self.pid = wfd, rfd, pid
         self.gone: str | None = None
+        # what the student's functions changed in place among the arguments a check passed them
+        self.changed: list[str] = []
 
     def request(
         self, message: tuple, timeout: float, callbacks: dict[str, Callable[..., Any]] | None = None
@@ -185,21 +189,88 @@ class Sandbox:
 # ------------------------------------------------------------------ values from the sandbox
 
 
-def _opaque(name: str) -> Any:
-    cls = type(str(name), (), {"__repr__": lambda self: f"<{type(self).__name__} object>"})
+class Opaque:
+    """Stands in for a value of the student's that is not data (an object of their own class).
+
+    It keeps the student's type name (so a check can say what came back) and where it came from
+    (``said``: "split_heads returned"), so that handing it to another of the student's functions fails
+    the check with those words.
+    """
+
+    said = "your code gave"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} object>"
+
+
+def _opaque(name: str, said: str) -> Opaque:
+    cls = type(str(name), (Opaque,), {"said": said})
     return cls()
 
 
-def decode(x: Any) -> Any:
+def decode(x: Any, said: str = "your code gave") -> Any:
+    """A value from the sandbox; what is not data becomes an ``Opaque`` that says where it came from."""
     if isinstance(x, dict):
         if set(x) == {"__opaque__"}:
-            return _opaque(x["__opaque__"])
-        return {k: decode(v) for k, v in x.items()}
+            return _opaque(x["__opaque__"], said)
+        return {k: decode(v, said) for k, v in x.items()}
     if isinstance(x, list):
-        return [decode(v) for v in x]
+        return [decode(v, said) for v in x]
     if isinstance(x, tuple):
-        return tuple(decode(v) for v in x)
+        return tuple(decode(v, said) for v in x)
     return x
+
+
+def _first_opaque(x: Any, depth: int = 0) -> Opaque | None:
+    if isinstance(x, Opaque):
+        return x
+    if depth > 40:
+        return None
+    if isinstance(x, (tuple, list)):
+        items: Any = x
+    elif isinstance(x, dict):
+        items = list(x.keys()) + list(x.values())
+    else:
+        return None
+    for v in items:
+        found = _first_opaque(v, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _not_data(fn: str, value: Opaque) -> AssertionError:
+    """The failure of a check that hands one of the student's non-data values to a student function."""
+    return AssertionError(
+        f"{value.said} a {type(value).__name__} object; the check needs a tensor (or plain numbers) "
+        f"to pass to {fn}: return tensors, not objects of your own."
+    )
+
+
+def _measuring() -> bool:
+    """Whether a torch function mode of the cell (such as a notebook's ``LargestTensor``) is watching now."""
+    import torch
+
+    return torch._C._len_torch_function_stack() > 0
+
+
+def _replay_largest(largest: Any) -> None:
+    """Show the cell's active torch function modes the largest tensor the student's call made in the sandbox.
+
+    An empty tensor of the same shape and dtype, on the meta device (no memory), is made here, where the
+    cell's mode sees it as it would have seen the student's own.
+    """
+    import torch
+
+    if not isinstance(largest, dict):
+        return
+    try:
+        shape = [int(n) for n in largest.get("shape", [])]
+        dtype = largest.get("dtype")
+        if isinstance(dtype, torch.dtype):
+            torch.empty(shape, dtype=dtype, device="meta")
+    except Exception:  # noqa: BLE001 - a measurement that cannot be replayed changes nothing
+        pass
 
 
 def _noted(value: Any, note: Any) -> Any:
@@ -236,6 +307,41 @@ def rebuild_error(info: dict) -> BaseException:
         return cls(message)
     except Exception:  # noqa: BLE001 - an exception type with an odd constructor
         return RuntimeError(f"{name}: {message}")
+
+
+def _changed_inputs(name: str, args: tuple, after: Any) -> str | None:
+    """What a call changed in place among its tensor arguments (the hidden checks' rule: nothing), or None."""
+    import torch
+
+    if not isinstance(after, (tuple, list)):
+        return None
+    names: list[str] = []
+    try:
+        from grader.registry import exercises
+
+        known = exercises().get(name)
+        if known is not None:
+            names = [p.strip().split("=")[0].strip() for p in known.signature.split(",")]
+    except Exception:  # noqa: BLE001 - positions then
+        names = []
+    for i, (orig, new) in enumerate(zip(args, after)):
+        if not (isinstance(orig, torch.Tensor) and isinstance(new, torch.Tensor)):
+            continue
+        if orig.device.type == "meta":
+            continue
+        # a watched input (lesson 11) is compared as a plain tensor, so that comparing it reads nothing
+        a = (orig.as_subclass(torch.Tensor) if type(orig) is not torch.Tensor else orig).detach()
+        b = new.detach().to(a.device)
+        same = a.shape == b.shape and a.dtype == b.dtype
+        if same and not torch.equal(a, b):
+            same = a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
+        if not same:
+            what = f"its argument `{names[i]}`" if i < len(names) and names[i] else f"its input {i + 1}"
+            return (
+                f"{name} changed {what} in place (e.g. masked_fill_, fill_ or +=): "
+                "work on a new tensor instead."
+            )
+    return None
 
 
 def _write_back(args: tuple, after: Any) -> None:
@@ -295,9 +401,15 @@ class Proxy:
         return active()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        opaque = _first_opaque((args, kwargs))
+        if opaque is not None:  # a value of the student's that is not data: the check fails, here
+            raise _not_data(self.__name__, opaque)
         message: tuple = ("call", self.__name__, _portable(args), _portable(kwargs))
-        if self._substitutes or self._forbidden:
+        measure = _measuring()
+        if self._substitutes or self._forbidden or measure:
             message += (sorted(self._substitutes), list(self._forbidden))
+        if measure:  # a cell measures the work (e.g. the largest tensor made): measure it where it runs
+            message += (True,)
         try:
             pickle.dumps(message)
         except Exception as e:  # noqa: BLE001 - inputs that only make sense in this process
@@ -308,10 +420,15 @@ class Proxy:
         for name in answer.get("called") or []:
             if name in self._forbidden and name not in self._called:
                 self._called.append(name)
+        changed = _changed_inputs(self.__name__, args, answer.get("args"))
+        if changed and changed not in self._sandbox.changed:
+            self._sandbox.changed.append(changed)
         _write_back(args, answer.get("args"))
+        if measure:
+            _replay_largest(answer.get("largest"))
         if "error" in answer:
             raise rebuild_error(answer["error"])
-        return _noted(decode(answer.get("value")), answer.get("note"))
+        return _noted(decode(answer.get("value"), f"{self.__name__} returned"), answer.get("note"))
 
     def __repr__(self) -> str:
         return f"<function {self.__name__}>"
@@ -372,21 +489,54 @@ def _exec(source: str, label: str, namespace: dict) -> BaseException | None:
     return None
 
 
-def _own_exercise_alone(cell: dict, namespace: dict) -> contextlib.AbstractContextManager:
-    """While a test cell of exercise E runs, E's proxy calls the reference for the graded functions E uses.
+_DIAGNOSED = re.compile(r"diagnosed\(\s*[\"'](\w+)[\"']")
 
-    One mistake costs one exercise in the visible checks too: ``self_attention``'s checks run on the
-    reference ``attention``, ``train_head``'s on the reference loss (``Exercise.uses``).
+
+def checked_exercise(cell: dict, known: dict) -> str | None:
+    """The exercise a test cell checks: named by its grade id, else by the cell's ``diagnosed("name", ...)``."""
+    if cell.get("kind") != "test":
+        return None
+    gid = str(cell.get("grade_id") or "")
+    name = max((n for n in known if gid.split("_", 1)[-1].startswith(n + "_")), key=len, default=None)
+    if name is None:
+        found = _DIAGNOSED.search(str(cell.get("source") or ""))
+        name = found.group(1) if found and found.group(1) in known else None
+    return name
+
+
+@contextlib.contextmanager
+def _own_exercise_alone(cell: dict, namespace: dict, graded: list[str]) -> Iterator[None]:
+    """While a test cell of exercise E runs, every other graded function is the reference.
+
+    Inside E's proxy calls, the functions E uses call the reference (``Exercise.uses``); in the cell
+    itself, and in the lesson's helpers it calls (lesson 10's ``read_pattern`` calls ``head_forward``),
+    the names E uses and the lesson's other exercises are the reference versions. One mistake costs
+    one exercise in the visible checks too: ``merge_heads``' round trip runs on the reference
+    ``split_heads``, ``train_head``'s pattern is read with the reference ``head_forward``.
     """
     from grader.registry import exercises
 
-    gid = str(cell.get("grade_id") or "") if cell.get("kind") == "test" else ""
     known = exercises()
-    name = max((n for n in known if gid.split("_", 1)[-1].startswith(n + "_")), key=len, default=None)
+    name = checked_exercise(cell, known)
     proxy = namespace.get(name) if name else None
-    if isinstance(proxy, Proxy) and known[name].uses:
-        return proxy.substituted(known[name].uses)
-    return contextlib.nullcontext()
+    if name is None or not isinstance(proxy, Proxy):
+        yield
+        return
+    swapped: dict[str, Any] = {n: known[n].reference for n in graded if n != name and n in known}
+    swapped.update({n: fn for n, fn in known[name].uses.items() if n != name})
+    missing = object()
+    saved = {n: namespace.get(n, missing) for n in swapped}
+    namespace.update(swapped)
+    try:
+        with proxy.substituted(known[name].uses) if known[name].uses else contextlib.nullcontext():
+            yield
+    finally:
+        for n, before in saved.items():
+            if namespace.get(n, missing) is swapped[n]:
+                if before is missing:
+                    namespace.pop(n, None)
+                else:
+                    namespace[n] = before
 
 
 def evaluate(job: dict, sandbox: Sandbox) -> dict:
@@ -414,7 +564,8 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
                 namespace.pop(name, None)
             else:
                 try:
-                    namespace[name] = decode(sandbox.request(("get", name), timeout + 5).get("value"))
+                    value = sandbox.request(("get", name), timeout + 5).get("value")
+                    namespace[name] = decode(value, f"`{name}` is")
                 except SandboxGone:
                     namespace.pop(name, None)
 
@@ -434,11 +585,21 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
         sync_names()
         label = f"<{cell.get('grade_id') or cell['id']}>"
         t = time.perf_counter()
-        with _own_exercise_alone(cell, namespace):
+        sandbox.changed = []
+        with _own_exercise_alone(cell, namespace, names):
             error = _exec(cell["source"], label, namespace)
         timings["trusted cells"] += time.perf_counter() - t
         if cell["kind"] == "test":
-            if error is None:
+            if error is None and sandbox.changed:
+                # a check passes only on the inputs it gave: an answer that changed them in place fails it
+                verdicts[cell["grade_id"]] = {
+                    "passed": False,
+                    "ename": "AssertionError",
+                    "message": sandbox.changed[0],
+                    "diagnosis": None,
+                    "hidden": False,
+                }
+            elif error is None:
                 verdicts[cell["grade_id"]] = {"passed": True}
             elif isinstance(error, Unverifiable):
                 verdicts[cell["grade_id"]] = {"passed": None, "message": str(error)}

@@ -115,6 +115,11 @@ SOFTMAX_FAMILY = [
     "torch.Tensor.log_softmax",
     "torch.nn.functional.log_softmax",
     "torch.special.log_softmax",
+    # the same functions by other names: private aliases and softmin (a softmax of -Z); any other route
+    # to a softmax kernel is seen by its name too (``attention_course.watch.CallWatch``)
+    "torch._softmax",
+    "torch._log_softmax",
+    "torch.nn.functional.softmin",
 ]
 
 

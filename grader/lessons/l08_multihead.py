@@ -221,6 +221,7 @@ SPLIT_HEADS = Exercise(
 MERGE_HEADS = Exercise(
     reference=merge_heads,
     cases=_merge_cases,
+    uses={"split_heads": split_heads},  # its round trip splits with the reference: graded on its own
     traps=[
         Trap(
             ".view after a transpose",

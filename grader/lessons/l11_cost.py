@@ -16,7 +16,10 @@ the way saw too much at once:
   a tensor holding whole rows of ``Z`` (a dimension of size ``N``).
 
 The note travels with the data (every result of an operation inherits its inputs' note), so a
-full matrix that feeds the output is seen however it was made; the checks only run where
+full matrix that feeds the output is seen however it was made. Around the student's call, a
+``CallWatch`` sees every torch operation, on plain tensors too: a whole input taken out of torch
+(numpy, ``tolist``) counts as read at once, a plain copy is judged by the same shapes, and a result
+made without the inputs ever being read through torch fails the check; the checks only run where
 ``block_size`` is smaller than the number of keys. The case sizes are all different from one
 another, so a block, a head dimension or a batch size never looks like ``T_q``, ``T_k`` or ``N``.
 """
@@ -114,7 +117,37 @@ _HOW = {
     "full": "it formed the full score matrix",
     "sdpa": "it called scaled_dot_product_attention",
     "row": "it computed on whole rows instead of one block at a time",
+    "whole": "it read a whole input at once instead of one block at a time",
+    "unseen": "read the inputs with torch operations, one block at a time, so the work can be followed",
 }
+
+
+def _in_float64(fn):
+    """fn computed in float64 for float32 inputs and rounded back: the exact answer float32 work is held to.
+
+    Near +1000, float32 rounds the scores themselves (spacing 6e-5 there); a float32 reference would hold
+    an implementation that works in float64 inside to the reference's own rounding.
+    """
+
+    def expected(*args, **kwargs):
+        floating = [t.dtype for t in args if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if not floating or floating[0] != torch.float32:
+            return fn(*args, **kwargs)
+        wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        out = fn(*wide, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(o.to(torch.float32) for o in out)
+        return out.to(torch.float32)
+
+    return expected
+
+
+# float32 near +1000: the scores carry float32 rounding however they are computed, compared with the exact answer
+_NEAR_1000 = {torch.float32: (1e-3, 1e-4)}
+
+
+def _tolerances(label: str) -> dict | None:
+    return _NEAR_1000 if "near +1000" in label else None
 
 
 def _notes_differ(expected, got, fn: str) -> str | None:
@@ -130,7 +163,9 @@ def _notes_differ(expected, got, fn: str) -> str | None:
 
 
 def _compare_stats(expected, got, label: str) -> str | None:
-    problem = compare_outputs(_plain(expected), _plain(got), "online_softmax_stats", ("m", "l"))
+    problem = compare_outputs(
+        _plain(expected), _plain(got), "online_softmax_stats", ("m", "l"), _tolerances(label)
+    )
     return problem or _notes_differ(expected, got, "online_softmax_stats")
 
 
@@ -176,6 +211,7 @@ def _stats_variant(*, rescale=True, subtract=True, start=NEG_INF, drop_last=Fals
 
 ONLINE_SOFTMAX_STATS = Exercise(
     reference=online_softmax_stats,
+    expected=_in_float64(online_softmax_stats),
     cases=_stats_cases,
     compare=_compare_stats,
     traps=[
@@ -220,7 +256,7 @@ ONLINE_SOFTMAX_STATS = Exercise(
 
 
 def _compare_tiled(expected, got, label: str) -> str | None:
-    problem = compare_tensor(_plain(expected), _plain(got), "O")
+    problem = compare_tensor(_plain(expected), _plain(got), "O", _tolerances(label))
     return problem or _notes_differ(expected, got, "tiled_attention")
 
 
@@ -303,6 +339,7 @@ def _tiled_variant(
 
 TILED_ATTENTION = Exercise(
     reference=tiled_attention,
+    expected=_in_float64(tiled_attention),
     cases=_tiled_cases,
     compare=_compare_tiled,
     traps=[

@@ -108,6 +108,55 @@ def prev_token_loss(logits, tokens):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
 """
 
+# the named trap of split_heads: a view straight to (n_heads, T, d_head) cuts tokens apart
+NO_TRANSPOSE_SPLIT = """def split_heads(X, n_heads):
+    *batch, T, D = X.shape
+    return X.reshape(*batch, n_heads, T, D // n_heads)
+"""
+
+# head_forward with the softmax over the queries (a named trap); train_head and the loss are right
+QUERY_SOFTMAX_FORWARD = """import math
+
+import torch
+
+
+def head_forward(params, X):
+    Q, K, V = X @ params["W_q"], X @ params["W_k"], X @ params["W_v"]
+    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    n = X.shape[-2]
+    allowed = torch.ones(n, n, dtype=torch.bool, device=X.device).tril()
+    A = torch.softmax(S.masked_fill(~allowed, float("-inf")), dim=-2)
+    return (A @ V) @ params["W_o"], A
+"""
+
+# swallows every failing check in the notebook, and hands the check objects instead of caches
+SWALLOWING_OPAQUE_CACHE = """import contextlib
+
+import torch
+
+
+@contextlib.contextmanager
+def diagnosed(name, fn):
+    try:
+        yield
+    except BaseException:
+        pass
+
+
+class Cache:
+    pass
+
+
+def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+    return torch.zeros(1), Cache(), Cache()
+"""
+
+# masks nothing, and opens the check's own mask so that nothing looks blocked
+OPENS_THE_MASK = """def apply_mask(S, allowed):
+    allowed.fill_(True)
+    return S.clone()
+"""
+
 
 def cases() -> list[Case]:
     out = [
@@ -173,6 +222,25 @@ def cases() -> list[Case]:
             _with("10_learning", ex10_prev_token_loss=WRONG_LOSS),
             fails=None,
         ),
+        Case(
+            "f08_wrong_split",
+            "08_multihead",
+            "a wrong split_heads, merge_heads and the rest right (the round trip splits with the reference)",
+            _with("08_multihead", ex08_split_heads=NO_TRANSPOSE_SPLIT),
+            # its shapes are right
+            fails={"test08_split_heads_values", "test08_split_heads_hidden"},
+            diagnoses={
+                "test08_split_heads_hidden": "reshaped straight to (n_heads, T, d_head) without a transpose"
+            },
+        ),
+        Case(
+            "f10_wrong_forward",
+            "10_learning",
+            "a wrong head_forward, a correct training loop (its pattern is read with the reference)",
+            _with("10_learning", ex10_head_forward=QUERY_SOFTMAX_FORWARD),
+            # its shapes are right; train_head keeps all its points, test10_train_head_pattern included
+            fails={"test10_head_forward_values", "test10_head_forward_hidden"},
+        ),
     ]
     # what the student package ships is never an answer (the explorers' stand-ins are not callable as one)
     out.append(
@@ -185,9 +253,37 @@ def cases() -> list[Case]:
             flags=("uses the course's helper code as an answer",),
         )
     )
+    # values that cannot travel back to the student's code fail the check that passes them on; a check's own
+    # inputs changed in place fail it: neither is left to the notebook
+    out += [
+        Case(
+            "s09_opaque_cache",
+            "09_kv_cache",
+            "kv_cache_step returns objects, and a diagnosed that swallows every failure",
+            _with("09_kv_cache", ex09_kv_cache_step=SWALLOWING_OPAQUE_CACHE),
+            fails=None,
+            flags=("test09_kv_cache_step_values: passed in the notebook, failed the independent check",),
+        ),
+        Case(
+            "s04_opens_mask",
+            "04_masking",
+            "apply_mask masks nothing and opens the check's mask in place",
+            _with("04_masking", ex04_apply_mask=OPENS_THE_MASK),
+            fails=None,
+            flags=(
+                "test04_apply_mask_values: passed in the notebook, failed the independent check",
+                "test04_apply_mask_softmax: passed in the notebook, failed the independent check",
+            ),
+        ),
+    ]
+    wrong = {
+        "f10_wrong_loss": "prev_token_loss",
+        "s09_opaque_cache": "kv_cache_step",
+        "s04_opens_mask": "apply_mask",
+    }
     for case in out:
         if case.fails is None:  # exactly the checks of the exercise that is wrong
-            case.fails = _tests(case.lesson, {"f10_wrong_loss": "prev_token_loss"}[case.student])
+            case.fails = _tests(case.lesson, wrong[case.student])
     return out
 
 

@@ -1,13 +1,16 @@
 """Red-team submissions: code that reaches for what it must not, with a wrong answer it hopes to hide.
 
-Each hands in ``Q = X @ W_k`` (worth the shapes check only, 1 of 7 points) plus an attack. Under the
-seal none of them can reach the course's files, another submission, the network or outlive its
-notebook; none earns a point it did not write, and none gets instructor code into its feedback.
+Each lesson 01 attack hands in ``Q = X @ W_k`` (worth the shapes check only, 1 of 7 points) plus an
+attack. Under the seal none of them can reach the course's files, another submission, the network or
+outlive its notebook; none earns a point it did not write, and none gets instructor code into its
+feedback. Two more answer an exercise with glue around the explorers' own computation of one head
+(``stages.compute_stages`` fed the exercise's arguments as "your" steps): while a notebook is graded
+the explorers' internals do not exist, so the glue earns nothing, and it is flagged.
 """
 
 from __future__ import annotations
 
-from tests.class_sim.spec import HIDDEN01, L1, V01, Case, _wk
+from tests.class_sim.spec import ALL, HIDDEN01, L1, V01, Case, _wk
 
 PRINT_INSTRUCTOR_FILES = """
 import glob
@@ -61,6 +64,74 @@ for host, port in (("127.0.0.1", 22), ("127.0.0.1", 8888), ("pypi.org", 443)):
 """
 
 
+# the explorers' stepper run with the student's "choices" for its steps: what it computes is the answer
+GLUE = """
+import importlib
+
+import torch
+
+_stages = importlib.import_module("attention_course.explorers.stages")
+_choosing = importlib.import_module("attention_course.explorers.choosing")
+
+
+def _run(causal=False, **steps):
+    choices = {k: _choosing.Choice(k, f, "yours", "") for k, f in steps.items()}
+    z = torch.zeros(1, 1, dtype=torch.float64)
+    return _stages.compute_stages(["a"], z, z, z, z, causal=causal, choices=choices)
+"""
+
+GLUED_ATTENTION = (
+    GLUE
+    + """
+
+def attention(Q, K, V, mask=None):
+    steps = {"project": lambda *a: (Q, K, V)}
+    if mask is not None:
+        steps["causal_mask"] = lambda T: mask
+    st = _run(causal=mask is not None, **steps)
+    return st.O.to(Q.device, Q.dtype), st.A.to(Q.device, Q.dtype)
+"""
+)
+
+GLUED_MIX = (
+    GLUE
+    + """
+
+def mix(A, V):
+    z = torch.zeros(*A.shape[:-1], 1, dtype=torch.float64)
+    keys = torch.zeros(A.shape[-1], 1, dtype=torch.float64)
+    st = _run(project=lambda *a: (z, keys, V), softmax=lambda S, dim=-1: A)
+    return st.O.to(V.device, torch.promote_types(A.dtype, V.dtype))
+"""
+)
+
+INTERNALS = "imports the explorers' internals (attention_course.explorers.stages)"
+
+
+def glue_cases() -> list[Case]:
+    """Exercises answered by the explorers' computation: nothing earned (9 points of 07, all 7 of 06 before)."""
+    return [
+        Case(
+            "r07_explorer_glue",
+            "07_one_head",
+            "attention answered by glue around the explorers' stage computation",
+            {"ex07_attention": GLUED_ATTENTION},
+            fails=ALL,
+            flags=(INTERNALS,),
+            score=0,
+        ),
+        Case(
+            "r06_explorer_glue",
+            "06_mixing",
+            "mix answered by glue around the explorers' stage computation",
+            {"ex06_mix": GLUED_MIX},
+            fails=ALL,
+            flags=(INTERNALS,),
+            score=0,
+        ),
+    ]
+
+
 def cases() -> list[Case]:
     attacks = [
         (
@@ -81,7 +152,7 @@ def cases() -> list[Case]:
     return [
         Case(student, L1, what, {"ex01_project": _wk() + "\n" + code}, fails=V01, flags=flags, score=1)
         for student, what, code, flags in attacks
-    ]
+    ] + glue_cases()
 
 
 __all__ = ["HIDDEN01", "cases"]

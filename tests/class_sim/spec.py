@@ -590,6 +590,68 @@ TRAPS = {
             {"test05_softmax_hidden": "softmax over dim -2 (the queries) instead of the keys"},
         ),
     ],
+    "11_cost": [
+        (
+            "c11_laundered_inputs",
+            "whole rows after a numpy round trip; the full matrix after DisableTorchFunctionSubclass",
+            {
+                "ex11_online_softmax_stats": "def online_softmax_stats(Z, block_size):\n"
+                "    Z = torch.from_numpy(Z.detach().cpu().numpy()).to(Z.device)\n"
+                "    m = Z.amax(dim=-1)\n"
+                "    return m, torch.exp(Z - m[..., None]).sum(dim=-1)\n",
+                "ex11_tiled_attention": "def tiled_attention(Q, K, V, block_size, causal=False):\n"
+                "    with torch._C.DisableTorchFunctionSubclass():\n"
+                "        Q, K, V = (t.as_subclass(torch.Tensor) for t in (Q, K, V))\n"
+                "    S = Q @ K.mT / math.sqrt(Q.shape[-1])\n"
+                "    if causal:\n"
+                "        keep = torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril()\n"
+                "        S = S.masked_fill(~keep, float('-inf'))\n"
+                "    return torch.softmax(S, dim=-1) @ V\n",
+            },
+            {
+                "test11_online_softmax_stats_hidden",
+                "test11_tiled_attention_sdpa",
+                "test11_tiled_attention_hidden",
+            },
+            {
+                "test11_online_softmax_stats_hidden": None,
+                "test11_tiled_attention_hidden": "the full score matrix was formed",
+            },
+        ),
+        (
+            "c11_float64_inside",
+            "correct: tiled_attention and online_softmax_stats computed in float64 inside",
+            {
+                "ex11_online_softmax_stats": "def online_softmax_stats(Z, block_size):\n"
+                "    dtype, Z = Z.dtype, Z.double()\n"
+                "    m = torch.full(Z.shape[:-1], float('-inf'), dtype=Z.dtype, device=Z.device)\n"
+                "    l = torch.zeros_like(m)\n"
+                "    for block in Z.split(block_size, dim=-1):\n"
+                "        m_new = torch.maximum(m, block.amax(dim=-1))\n"
+                "        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)\n"
+                "        m = m_new\n"
+                "    return m.to(dtype), l.to(dtype)\n",
+                "ex11_tiled_attention": "def tiled_attention(Q, K, V, block_size, causal=False):\n"
+                "    dtype, Q, K, V = Q.dtype, Q.double(), K.double(), V.double()\n"
+                "    m = torch.full((*Q.shape[:-1], 1), float('-inf'), dtype=Q.dtype, device=Q.device)\n"
+                "    l = torch.zeros_like(m)\n"
+                "    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)\n"
+                "    rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]\n"
+                "    for start in range(0, K.shape[-2], block_size):\n"
+                "        K_b, V_b = K[..., start:start + block_size, :], V[..., start:start + block_size, :]\n"
+                "        S_b = Q @ K_b.mT / math.sqrt(Q.shape[-1])\n"
+                "        if causal:\n"
+                "            cols = torch.arange(start, start + K_b.shape[-2], device=Q.device)[None, :]\n"
+                "            S_b = S_b.masked_fill(cols > rows, float('-inf'))\n"
+                "        m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))\n"
+                "        factor, P = torch.exp(m - m_new), torch.exp(S_b - m_new)\n"
+                "        l, acc, m = l * factor + P.sum(dim=-1, keepdim=True), acc * factor + P @ V_b, m_new\n"
+                "    return (acc / l).to(dtype)\n",
+            },
+            set(),
+            {},
+        ),
+    ],
     "06_mixing": [
         (
             "c06_trap_weights",
