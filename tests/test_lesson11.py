@@ -408,70 +408,65 @@ def test_other_correct_ways_pass_in_process(name, source):
 
 # ------------------------------------------------- the watch cannot be left behind
 
+
+def _whole_rows(first_lines: str, indent: str = "    ") -> str:
+    """online_softmax_stats that reads whole rows of Z after ``first_lines`` made a copy of it."""
+    return (
+        "\ndef online_softmax_stats(Z, block_size):\n"
+        + first_lines
+        + f"{indent}m = Z.amax(dim=-1)\n{indent}return m, torch.exp(Z - m[..., None]).sum(dim=-1)\n"
+    )
+
+
+def _plain_copies(body: str) -> str:
+    """tiled_attention that turns its watched inputs into plain tensors, then runs ``body``."""
+    return (
+        "\ndef tiled_attention(Q, K, V, block_size, causal=False):\n"
+        "    with torch._C.DisableTorchFunctionSubclass():\n"
+        "        Q, K, V = (t.as_subclass(torch.Tensor) for t in (Q, K, V))\n" + body
+    )
+
+
+FULL_MATRIX = """    S = (Q @ K.mT).double() / math.sqrt(Q.shape[-1])
+    if causal:
+        S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    return (torch.softmax(S, dim=-1) @ V.double()).to(Q.dtype)
+"""
+
 LAUNDERED = {
     "a numpy round trip": (
         "online_softmax_stats",
-        """
-def online_softmax_stats(Z, block_size):
-    Z = torch.from_numpy(Z.detach().cpu().numpy()).to(Z.device)
-    m = Z.amax(dim=-1)
-    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
-""",
+        _whole_rows("    Z = torch.from_numpy(Z.detach().cpu().numpy()).to(Z.device)\n"),
         "took a tensor of shape (10,) out of torch at once",
     ),
     "tolist": (
         "online_softmax_stats",
-        """
-def online_softmax_stats(Z, block_size):
-    Z = torch.tensor(Z.tolist(), dtype=Z.dtype, device=Z.device)
-    m = Z.amax(dim=-1)
-    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
-""",
+        _whole_rows("    Z = torch.tensor(Z.tolist(), dtype=Z.dtype, device=Z.device)\n"),
         "`tolist` took a tensor",
     ),
     "whole rows of a plain copy": (
         "online_softmax_stats",
-        """
-def online_softmax_stats(Z, block_size):
-    with torch._C.DisableTorchFunctionSubclass():
-        Z = Z.as_subclass(torch.Tensor)
-    m = Z.amax(dim=-1)
-    return m, torch.exp(Z - m[..., None]).sum(dim=-1)
-""",
+        _whole_rows(
+            "    with torch._C.DisableTorchFunctionSubclass():\n        Z = Z.as_subclass(torch.Tensor)\n"
+        ),
         "Diagnosis: the whole row was read at once",
     ),
     "no torch function watching at all": (
         "online_softmax_stats",
-        """
-def online_softmax_stats(Z, block_size):
-    with torch._C.DisableTorchFunction():
-        Z = Z.as_subclass(torch.Tensor)
-        m = Z.amax(dim=-1)
-        return m, torch.exp(Z - m[..., None]).sum(dim=-1)
-""",
+        _whole_rows(
+            "    with torch._C.DisableTorchFunction():\n        Z = Z.as_subclass(torch.Tensor)\n",
+            indent="        ",
+        ),
         "without the watch seeing its inputs being read",
     ),
     "a full matrix of plain copies": (
         "tiled_attention",
-        """
-def tiled_attention(Q, K, V, block_size, causal=False):
-    with torch._C.DisableTorchFunctionSubclass():
-        Q, K, V = (t.as_subclass(torch.Tensor) for t in (Q, K, V))
-    S = (Q @ K.mT).double() / math.sqrt(Q.shape[-1])
-    if causal:
-        S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
-    return (torch.softmax(S, dim=-1) @ V.double()).to(Q.dtype)
-""",
+        _plain_copies(FULL_MATRIX),
         "Diagnosis: the full score matrix was formed",
     ),
     "sdpa on plain copies": (
         "tiled_attention",
-        """
-def tiled_attention(Q, K, V, block_size, causal=False):
-    with torch._C.DisableTorchFunctionSubclass():
-        Q, K, V = (t.as_subclass(torch.Tensor) for t in (Q, K, V))
-    return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
-""",
+        _plain_copies("    return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)\n"),
         "Diagnosis: scaled_dot_product_attention was called",
     ),
 }
@@ -485,25 +480,36 @@ def test_turning_the_watched_inputs_into_plain_data_fails_the_hidden_check(how):
     assert words in str(failed.value)
 
 
-TILED_F64 = """
-def tiled_attention(Q, K, V, block_size, causal=False):
-    dtype = Q.dtype
-    Q, K, V = Q.double(), K.double(), V.double()
-    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+def _tiled(prologue: str, scale: str, result: str) -> str:
+    """The lesson's tiled_attention loop, after ``prologue``, with ``scale`` on each block's scores."""
+    return (
+        "\ndef tiled_attention(Q, K, V, block_size, causal=False):\n"
+        + prologue
+        + """    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
     l = torch.zeros_like(m)
     acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
     rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]
     for start in range(0, K.shape[-2], block_size):
         K_b, V_b = K[..., start:start + block_size, :], V[..., start:start + block_size, :]
-        S_b = Q @ K_b.mT / math.sqrt(Q.shape[-1])
+        S_b = Q @ K_b.mT"""
+        + scale
+        + """
         if causal:
             cols = torch.arange(start, start + K_b.shape[-2], device=Q.device)[None, :]
             S_b = S_b.masked_fill(cols > rows, float("-inf"))
         m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))
         factor, P = torch.exp(m - m_new), torch.exp(S_b - m_new)
         l, acc, m = l * factor + P.sum(dim=-1, keepdim=True), acc * factor + P @ V_b, m_new
-    return (acc / l).to(dtype)
 """
+        + f"    return {result}\n"
+    )
+
+
+TILED_F64 = _tiled(
+    "    dtype = Q.dtype\n    Q, K, V = Q.double(), K.double(), V.double()\n",
+    " / math.sqrt(Q.shape[-1])",
+    "(acc / l).to(dtype)",
+)
 
 STATS_F64 = """
 def online_softmax_stats(Z, block_size):
@@ -517,25 +523,12 @@ def online_softmax_stats(Z, block_size):
     return m.to(dtype), l.to(dtype)
 """
 
-SCALED_FIRST = """
-def tiled_attention(Q, K, V, block_size, causal=False):
-    # scale the queries once, then blocks of keys as in the lesson (float32 rounds differently)
-    Q = Q / math.sqrt(Q.shape[-1])
-    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
-    l = torch.zeros_like(m)
-    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
-    rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]
-    for start in range(0, K.shape[-2], block_size):
-        K_b, V_b = K[..., start:start + block_size, :], V[..., start:start + block_size, :]
-        S_b = Q @ K_b.mT
-        if causal:
-            cols = torch.arange(start, start + K_b.shape[-2], device=Q.device)[None, :]
-            S_b = S_b.masked_fill(cols > rows, float("-inf"))
-        m_new = torch.maximum(m, S_b.amax(dim=-1, keepdim=True))
-        factor, P = torch.exp(m - m_new), torch.exp(S_b - m_new)
-        l, acc, m = l * factor + P.sum(dim=-1, keepdim=True), acc * factor + P @ V_b, m_new
-    return acc / l
-"""
+SCALED_FIRST = _tiled(
+    "    # scale the queries once, then blocks of keys as in the lesson (float32 rounds differently)\n"
+    "    Q = Q / math.sqrt(Q.shape[-1])\n",
+    "",
+    "acc / l",
+)
 
 BLOCK_TOLIST = """
 def online_softmax_stats(Z, block_size):

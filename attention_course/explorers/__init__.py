@@ -38,6 +38,14 @@ __all__ = [
 ]
 
 
+_STEPS = ("project", "scores", "scaled_scores", "causal_mask", "apply_mask", "softmax", "mix", "attention")
+
+
+def _steps(arguments: dict) -> dict:
+    """The head's step functions among an explorer's arguments, by name (None where not given)."""
+    return {name: arguments[name] for name in _STEPS}
+
+
 def _grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
@@ -126,16 +134,7 @@ def stage_stepper(
 
     if _grading():
         return Skipped(StageStepper.title)
-    functions = dict(
-        project=project,
-        scores=scores,
-        scaled_scores=scaled_scores,
-        causal_mask=causal_mask,
-        apply_mask=apply_mask,
-        softmax=softmax,
-        mix=mix,
-        attention=attention,
-    )
+    functions = _steps(locals())
     with one_thread():
         return StageStepper(example=example, causal=causal, stage=stage, query=query, **functions)
 
@@ -167,16 +166,7 @@ def cell_explainer(
 
     if _grading():
         return Skipped(CellExplainer.title)
-    functions = dict(
-        project=project,
-        scores=scores,
-        scaled_scores=scaled_scores,
-        causal_mask=causal_mask,
-        apply_mask=apply_mask,
-        softmax=softmax,
-        mix=mix,
-        attention=attention,
-    )
+    functions = _steps(locals())
     with one_thread():
         return CellExplainer(example=example, causal=causal, follow=follow, **functions)
 
@@ -239,15 +229,6 @@ def pipeline_view(
     from .choosing import one_thread
     from .pipeline import PipelineView
 
-    functions = dict(
-        project=project,
-        scores=scores,
-        scaled_scores=scaled_scores,
-        causal_mask=causal_mask,
-        apply_mask=apply_mask,
-        softmax=softmax,
-        mix=mix,
-        attention=attention,
-    )
+    functions = _steps(locals())
     with one_thread():
         return PipelineView(example=example, causal=causal, query=query, **functions)

@@ -282,6 +282,25 @@ def _is_test_cell(cell: Any) -> bool:
 # ------------------------------------------------------------------ plain nbgrader: a context per notebook
 
 
+def _new_context(root: Path, lesson: Any, opts: Options, deny: list, **who: Any) -> None:
+    """A fresh context for one notebook: its private folders, what it may not touch, empty records."""
+    for name in ("trusted", "scratch", "tmp"):
+        (root / name).mkdir()
+    _CONTEXT.clear()
+    _CONTEXT.update(
+        lesson=lesson,
+        options=opts,
+        root=root,
+        deny=deny,
+        flags=[],
+        notes=[],
+        cells=[],
+        phases={},
+        deadline=time.monotonic() + opts.notebook_timeout,
+        **who,
+    )
+
+
 def _begin_notebook(resources: dict, config: Any) -> bool:
     """Set up the context of one notebook graded by plain nbgrader; False if it is not a lesson."""
     _end_notebook()
@@ -296,22 +315,8 @@ def _begin_notebook(resources: dict, config: Any) -> bool:
     # each kernel a process of its own (the fork server serves the trusted process only)
     opts = Options(timeout=int(timeout or 60), kernels="plain")
     root = Path(tempfile.mkdtemp(prefix="autograde-"))
-    for name in ("trusted", "scratch", "tmp"):
-        (root / name).mkdir()
     deny = _protected_around(autograded_dir)
-    _CONTEXT.update(
-        plain=True,
-        student=str(info.get("student") or ""),
-        lesson=lesson,
-        options=opts,
-        root=root,
-        deny=deny,
-        flags=[],
-        notes=[],
-        cells=[],
-        phases={},
-        deadline=time.monotonic() + opts.notebook_timeout,
-    )
+    _new_context(root, lesson, opts, deny, plain=True, student=str(info.get("student") or ""))
     _configure_kernels(root, autograded_dir, deny, opts)
     return True
 
@@ -935,22 +940,8 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     if job.timestamp:
         (sub_dir / "timestamp.txt").write_text(job.timestamp)
     (course_dir / "gradebook.db").write_bytes(job.template)
-    for name in ("trusted", "scratch", "tmp"):
-        (root / name).mkdir()
     deny = list(opts.protect) or default_protected()
-    _CONTEXT.clear()
-    _CONTEXT.update(
-        job=True,
-        lesson=lesson,
-        options=opts,
-        root=root,
-        deny=deny,
-        flags=[],
-        notes=[],
-        cells=[],
-        phases={},
-        deadline=time.monotonic() + opts.notebook_timeout,
-    )
+    _new_context(root, lesson, opts, deny, job=True)
     autograded_dir = course_dir / "autograded" / job.student / job.lesson
     _configure_kernels(root, autograded_dir, deny, opts)
 

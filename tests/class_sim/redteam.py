@@ -112,23 +112,18 @@ def glue_cases() -> list[Case]:
     """Exercises answered by the explorers' computation: nothing earned (9 points of 07, all 7 of 06 before)."""
     return [
         Case(
-            "r07_explorer_glue",
-            "07_one_head",
-            "attention answered by glue around the explorers' stage computation",
-            {"ex07_attention": GLUED_ATTENTION},
+            f"r{lesson[:2]}_explorer_glue",
+            lesson,
+            f"{name} answered by glue around the explorers' stage computation",
+            {f"ex{lesson[:2]}_{name}": source},
             fails=ALL,
             flags=(INTERNALS,),
             score=0,
-        ),
-        Case(
-            "r06_explorer_glue",
-            "06_mixing",
-            "mix answered by glue around the explorers' stage computation",
-            {"ex06_mix": GLUED_MIX},
-            fails=ALL,
-            flags=(INTERNALS,),
-            score=0,
-        ),
+        )
+        for lesson, name, source in (
+            ("07_one_head", "attention", GLUED_ATTENTION),
+            ("06_mixing", "mix", GLUED_MIX),
+        )
     ]
 
 
