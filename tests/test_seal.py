@@ -258,6 +258,35 @@ def test_stand_in_offers_every_explorer_and_nothing_else(monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == ["__init__.py"]
 
 
+def test_the_stand_in_outlives_the_process_that_made_it_and_is_made_again_when_missing(monkeypatch, tmp_path):
+    """Grading workers come and go: the folder the seal binds must not go with the one that made it."""
+    import shutil
+    import subprocess
+    import sys
+
+    folder = Path(seal.graded_explorers())
+    made_elsewhere = subprocess.run(
+        [sys.executable, "-c", "from grader.classroom import seal; print(seal.graded_explorers())"],
+        cwd=seal.repo_root(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert made_elsewhere == str(folder) and (folder / "__init__.py").is_file()  # that process has ended
+    # in a folder of this test's own (sealed kernels of other tests keep the shared one bound)
+    monkeypatch.setattr(seal, "short_tmp", lambda: str(tmp_path))
+    own = Path(seal.graded_explorers())
+    assert (
+        own.parent.parent == tmp_path
+        and (own / "__init__.py").read_text() == (folder / "__init__.py").read_text()
+    )
+    shutil.rmtree(own.parent)
+    assert seal.graded_explorers() == str(own) and (own / "__init__.py").is_file()
+    (own / "__init__.py").write_text("changed = True\n")  # not the stand-in: made again
+    assert seal.graded_explorers() == str(own)
+    assert "changed = True" not in (own / "__init__.py").read_text()
+
+
 @needs_seal
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_sealed_kernel_shows_the_explorers_as_graded_and_none_of_their_internals(

@@ -387,22 +387,52 @@ def stand_in_source(titles: dict[str, str]) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def graded_explorers() -> str:
-    """A folder (made once per process) that the seal shows in place of ``attention_course/explorers``."""
-    from multiprocessing import util
-
+def _stand_in_text() -> str:
     titles: dict[str, str] = {}
     for package in student_packages():
         titles = titles or explorer_titles(package / EXPLORERS)
-    parent = short_tmp()
-    for old in Path(parent).glob("graded-explorers-*-*"):  # left by processes that were killed
-        pid = old.name.split("-")[2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and old.stat().st_uid == os.getuid():
-            shutil.rmtree(old, ignore_errors=True)
-    top = tempfile.mkdtemp(prefix=f"graded-explorers-{os.getpid()}-", dir=parent)
-    # removed when this process ends, a grading worker too (which ends without running atexit)
-    util.Finalize(None, shutil.rmtree, args=(top, True), exitpriority=0)
-    folder = Path(top) / EXPLORERS
-    folder.mkdir()
-    (folder / "__init__.py").write_text(stand_in_source(titles))
-    return str(folder)
+    return stand_in_source(titles)
+
+
+def graded_explorers() -> str:
+    """The folder that the seal shows in place of ``attention_course/explorers``.
+
+    Named by its content and never removed (it is one small file), so every process
+    that grades finds it, whichever process made it; checked, and made again if it is
+    missing or not exactly the stand-in, at every use.
+    """
+    import hashlib
+
+    text = _stand_in_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    top = Path(short_tmp()) / f"graded-explorers-{os.getuid()}-{digest}"
+    init = top / EXPLORERS / "__init__.py"
+    if _is_stand_in(top, init, text):
+        return str(init.parent)
+    if top.is_dir() and not top.is_symlink() and top.stat().st_uid == os.getuid():
+        shutil.rmtree(top, ignore_errors=True)  # ours, but not the stand-in (changed or half made)
+    made = Path(_private_stand_in(text)).parent
+    try:
+        os.rename(made, top)  # atomic: one process wins, the others find its copy
+    except OSError:
+        shutil.rmtree(made, ignore_errors=True)
+    if _is_stand_in(top, init, text):
+        return str(init.parent)
+    return _private_stand_in(text)
+
+
+def _is_stand_in(top: Path, init: Path, text: str) -> bool:
+    """Whether ``top`` is a real folder of ours holding exactly the stand-in."""
+    try:
+        st = top.lstat()
+        return not top.is_symlink() and st.st_uid == os.getuid() and init.read_text() == text
+    except OSError:
+        return False
+
+
+def _private_stand_in(text: str) -> str:
+    """A copy only this call uses (when the shared one cannot be made or trusted)."""
+    made = Path(tempfile.mkdtemp(prefix=".graded-explorers-", dir=short_tmp()))
+    (made / EXPLORERS).mkdir()
+    (made / EXPLORERS / "__init__.py").write_text(text)
+    return str(made / EXPLORERS)
