@@ -316,7 +316,9 @@ def lesson01(work: Path) -> list[Case]:
             {e: _def("hog = []\nwhile True:\n    hog.append(torch.empty(250_000_000))")},
             fails=ALL,
             status="out of memory",
-            also=("kernel died",),
+            # the kernel can die before it reports, and on a loaded machine the notebook's time can run out
+            # first: each is a clean failure with no points, which is what this case is about
+            also=("kernel died", "timed out"),
         ),
         Case(
             "c01_memory_top",
