@@ -2,10 +2,12 @@
 
     python benchmarks/suite.py [pytest arguments ...]      # default: the whole suite
 
-Runs pytest once with a JUnit XML report and ``--durations=0``, then prints, per test file,
-the number of tests and their summed call time, and the slowest set-ups (the fixtures a file
-pays for once, such as grading the simulated class). The baseline on the same run is the
-suite's wall time: each row's share of it says what a change to that file would save.
+Runs pytest once (as configured: on every CPU, up to 4 workers, see tests/conftest.py) with a
+JUnit XML report and ``--durations=0``, then prints the wall time, the number of workers, and per
+test file the number of tests and their summed time (set-up included), with each file's share of
+the summed time of all tests: the baseline on the same run that says what a change to that file
+would save. The slowest set-ups are the fixtures a worker pays for once, such as grading the
+simulated class. pytest's whole output is kept in test-artifacts/suite-pytest.log.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LOG = ROOT / "test-artifacts" / "suite-pytest.log"
 SETUP = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S+)")
 
 
@@ -47,15 +50,25 @@ def main(args: list[str]) -> int:
         m = SETUP.match(line)
         if m and m.group(2) == "setup":
             setups.append((float(m.group(1)), m.group(3)))
+    workers = re.search(r"(\d+) workers? \[", proc.stdout)
+    summed = sum(sum(times) for times in per_file.values()) or 1.0
     print(f"suite wall time: {wall:.0f} s (pytest exit code {proc.returncode})")
+    print(
+        f"workers: {workers.group(1) if workers else 1}; summed test time {summed:.0f} s "
+        f"({summed / wall:.1f}x the wall time)"
+    )
     print(f"\n{'test file':<44} {'tests':>6} {'seconds':>9} {'share':>6}")
     for name, times in sorted(per_file.items(), key=lambda kv: -sum(kv[1])):
         total = sum(times)
-        print(f"{name:<44} {len(times):>6} {total:>9.1f} {total / wall:>6.0%}")
+        print(f"{name:<44} {len(times):>6} {total:>9.1f} {total / summed:>6.0%}")
     print("\nslowest set-ups (fixtures, paid once per scope):")
     for seconds, test in sorted(setups, reverse=True)[:10]:
         print(f"  {seconds:8.1f} s  {test}")
-    print("\n" + "\n".join(proc.stdout.splitlines()[-3:]))
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    LOG.write_text(proc.stdout + proc.stderr)
+    failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    print("\n" + "\n".join(failed + proc.stdout.splitlines()[-1:]))
+    print(f"(pytest's whole output: {LOG.relative_to(ROOT)})")
     return proc.returncode
 
 

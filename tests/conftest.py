@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,15 +72,25 @@ def graded_class(built_course, progress_lines):
 
 
 class ProgressLines(io.TextIOBase):
-    """A text stream that shows each line on pytest's terminal at once (for long fixtures)."""
+    """A text stream that shows each line on pytest's terminal at once (for long fixtures).
+
+    In a pytest-xdist worker, whose terminal nobody sees, the lines go to a file that the main
+    process shows as they come (``_relay_progress``).
+    """
 
     def __init__(self, config: pytest.Config, prefix: str):
         self.writer, self.prefix = config.get_terminal_writer(), prefix
         self.capture = config.pluginmanager.getplugin("capturemanager")
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        folder = os.environ.get(PROGRESS_FOLDER)
+        self.relay = Path(folder) / f"{worker}.log" if worker and folder else None
 
     def write(self, text: str) -> int:
         lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
-        if lines:
+        if lines and self.relay is not None:
+            with self.relay.open("a") as f:
+                f.writelines(f"[{self.prefix}] {line}\n" for line in lines)
+        elif lines:
             with self.capture.global_and_fixture_disabled():  # past pytest's output capture
                 for line in lines:
                     self.writer.line(f"\n[{self.prefix}] {line}")
@@ -90,3 +102,77 @@ class ProgressLines(io.TextIOBase):
 def progress_lines(request):
     """Make a stream that prints progress lines of a long fixture (at least one a minute)."""
     return lambda prefix: ProgressLines(request.config, prefix)
+
+
+# ------------------------------------------------------------ running on every core (pytest-xdist)
+
+PROGRESS_FOLDER = "ATTENTION_COURSE_TEST_PROGRESS"  # where xdist workers write their progress lines
+MAX_WORKERS = 4  # beyond this the simulated class (one worker's share) is the longest part anyway
+# the files whose tests read the graded simulated class: one worker runs them all, so it is graded once
+SIMULATED_CLASS_FILES = ("test_classroom_class.py", "test_classroom_crafts.py")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this process may use, at most MAX_WORKERS."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``, with the simulated class's files as one unit (see ``_CourseScheduling``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _CourseScheduling(LoadScopeScheduling):
+        """Each test file is one unit of work for one worker (its module fixtures are built once); the
+        files in SIMULATED_CLASS_FILES are one unit together. Units are handed out in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "simulated class" if Path(path).name in SIMULATED_CLASS_FILES else path
+
+    return _CourseScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The simulated class's tests run first (the longest single piece of work), and only from its files."""
+    for item in items:
+        if "graded_class" in item.fixturenames and item.path.name not in SIMULATED_CLASS_FILES:
+            raise pytest.UsageError(
+                f"{item.nodeid} reads the graded simulated class: add its file to "
+                "SIMULATED_CLASS_FILES in tests/conftest.py, or the class is graded once per worker"
+            )
+    items.sort(key=lambda item: item.path.name not in SIMULATED_CLASS_FILES)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return  # a worker, or no workers: fixtures print their progress themselves
+    folder = Path(tempfile.mkdtemp(prefix="test-progress-"))
+    os.environ[PROGRESS_FOLDER] = str(folder)  # the workers start after this and inherit it
+    stop = threading.Event()
+    thread = threading.Thread(target=_relay_progress, args=(config, folder, stop), daemon=True)
+    thread.start()
+    config.add_cleanup(lambda: (stop.set(), thread.join(5), shutil.rmtree(folder, ignore_errors=True)))
+
+
+def _relay_progress(config: pytest.Config, folder: Path, stop: threading.Event) -> None:
+    """Show on the terminal each progress line the workers write (checked every second)."""
+    read: dict[Path, int] = {}
+    while True:
+        last = stop.wait(1.0)
+        writer = config.get_terminal_writer()  # the terminal reporter exists once configuration is over
+        for path in sorted(folder.glob("*.log")):
+            with path.open("rb") as f:
+                f.seek(read.get(path, 0))
+                text = f.read()
+            done = text[: text.rfind(b"\n") + 1]  # whole lines only
+            read[path] = read.get(path, 0) + len(done)
+            if done:
+                writer.line()
+                for line in done.decode(errors="replace").splitlines():
+                    writer.line(f"[{path.stem}] {line}")
+                writer.flush()
+        if last:
+            return

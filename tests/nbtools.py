@@ -60,14 +60,31 @@ def cell_error(nb_path: Path, grade_id: str) -> str:
     raise KeyError(grade_id)
 
 
-def execute(path: Path, timeout: int = 120) -> nbformat.NotebookNode:
-    """Run a notebook top to bottom in a real kernel, with its own folder as cwd."""
+def run_in_kernel(
+    nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120, allow_errors: bool = False
+) -> None:
+    """Execute ``nb`` in place in a fresh python3 kernel working in ``cwd``.
+
+    The kernel talks over IPC sockets in a private folder, not TCP ports: kernels that several
+    test processes start at once cannot pick the same port.
+    """
+    import tempfile
+
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
+    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
+        km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "ipc"))
+        km.connection_file = str(Path(sockets) / "kernel.json")
+        NotebookClient(
+            nb, km=km, timeout=timeout, allow_errors=allow_errors, resources={"metadata": {"path": str(cwd)}}
+        ).execute()
+
+
+def execute(path: Path, timeout: int = 120) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom in a real kernel, with its own folder as cwd."""
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
+    run_in_kernel(nb, path.parent, timeout)
     return nb
 
 
@@ -80,8 +97,6 @@ def run_and_read(path: Path, expressions: dict[str, str], timeout: int = 120) ->
     """
     import json
 
-    from nbclient import NotebookClient
-
     nb = nbformat.read(path, as_version=4)
     probe = (
         "import json as _json\n"
@@ -91,9 +106,7 @@ def run_and_read(path: Path, expressions: dict[str, str], timeout: int = 120) ->
         f"print('@@VALUES@@' + _json.dumps({{k: _plain(eval(e)) for k, e in {expressions!r}.items()}}))"
     )
     nb.cells.append(nbformat.v4.new_code_cell(probe))
-    NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
+    run_in_kernel(nb, path.parent, timeout)
     for out in nb.cells[-1].outputs:
         if out.output_type == "stream" and "@@VALUES@@" in out.text:
             return json.loads(out.text.split("@@VALUES@@", 1)[1])

@@ -20,7 +20,7 @@ import pytest
 
 from attention_course import colab
 from grader import course, platforms
-from tests.nbtools import ROOT, filled, solution_sources
+from tests.nbtools import ROOT, filled, run_in_kernel, solution_sources
 
 LESSON = "01_projection"
 EXAMPLE = platforms.Settings("https://github.com/example-org/attention-course", "spring-2027")
@@ -372,7 +372,6 @@ def _colab_like_download(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def test_a_lesson_runs_on_simulated_colab_and_its_download_is_graded_in_full(
     tmp_path, fake_colab, course_zip, monkeypatch
 ):
-    from nbclient import NotebookClient
 
     # an instructor's course with the platforms applied, built by nbgrader
     course_root = tmp_path / "course"
@@ -403,9 +402,7 @@ def test_a_lesson_runs_on_simulated_colab_and_its_download_is_graded_in_full(
         nb.cells.append(
             nbformat.v4.new_code_cell("import attention_course, sys; print(attention_course.__file__)")
         )
-        NotebookClient(
-            nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(content)}}
-        ).execute()
+        run_in_kernel(nb, content)
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             assert out.output_type != "error", f"{cell.id}: {out.get('ename')}: {out.get('evalue')}"

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from grader import course
-from tests.nbtools import ROOT, execute
+from tests.nbtools import ROOT, execute, run_in_kernel
 
 LESSONS = course.lessons()
 
@@ -90,7 +90,6 @@ def test_lesson_shows_its_total_points(lesson):
 
 def _run_student_notebook(lesson: str, monkeypatch, grading: str | None) -> nbformat.NotebookNode:
     """The student notebook as handed out (every exercise a stub), run top to bottom, errors kept."""
-    from nbclient import NotebookClient
 
     if grading is None:
         monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
@@ -98,13 +97,7 @@ def _run_student_notebook(lesson: str, monkeypatch, grading: str | None) -> nbfo
         monkeypatch.setenv("NBGRADER_EXECUTION", grading)
     path = ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb,
-        timeout=300,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(path.parent)}},
-    ).execute()
+    run_in_kernel(nb, path.parent, timeout=300, allow_errors=True)
     return nb
 
 

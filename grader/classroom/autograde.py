@@ -312,8 +312,8 @@ def _begin_notebook(resources: dict, config: Any) -> bool:
         return False
     autograded_dir = Path((resources.get("metadata") or {}).get("path") or os.getcwd()).resolve()
     timeout = config.Execute.timeout if "timeout" in config.Execute else 60
-    # each kernel a process of its own (the fork server serves the trusted process only)
-    opts = Options(timeout=int(timeout or 60), kernels="plain")
+    # kernels forked from this process's fork servers, started at its first notebook and kept for the rest
+    opts = Options(timeout=int(timeout or 60))
     root = Path(tempfile.mkdtemp(prefix="autograde-"))
     deny = _protected_around(autograded_dir)
     _new_context(root, lesson, opts, deny, plain=True, student=str(info.get("student") or ""))
@@ -382,16 +382,21 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
     """How this notebook's kernel is started: its seal, guard, memory cap and private temp folder."""
     box = _open_box(root, autograded_dir)
     sealed = box != root
+    fork = opts.kernels == "fork"
+    workdir = None
+    if sealed and fork and not _CONTEXT.get("job"):
+        # plain nbgrader's autograded folder is not in the sealed fork server's view: the kernel works
+        # in a copy of it inside the box (links copied as links, so none leads out of the seal)
+        workdir = box / "autograded"
+        shutil.copytree(autograded_dir, workdir, symlinks=True, dirs_exist_ok=True)
     kernel_policy = guard.policy(
         deny=deny + [str(root / "trusted"), str(root / "scratch"), str(box / "scratch"), str(box / "pipes")],
-        write_only_in=[str(autograded_dir), str(box / "tmp"), os.devnull],
+        write_only_in=[str(workdir or autograded_dir), str(box / "tmp"), os.devnull],
         deny_imports=("grader",),
     )
-    if not sealed:
-        kernels.SETTINGS.fork_server = _fork_server() if opts.kernels == "fork" else None
-    else:  # plain nbgrader's autograded folder is not in the sealed fork server's view: one bwrap per kernel
-        fork = opts.kernels == "fork" and _CONTEXT.get("job")
-        kernels.SETTINGS.fork_server = _sealed_fork_server() if fork else None
+    if fork:
+        kernels.SETTINGS.fork_server = _sealed_fork_server() if sealed else _fork_server()
+    kernels.SETTINGS.cwd = str(workdir) if workdir else None
     kernels.SETTINGS.sealed = sealed
     kernels.SETTINGS.area = str(box / "ipc") if sealed else None
     kernels.SETTINGS.memory = opts.memory

@@ -10,8 +10,9 @@ with the memory cap and the guard's audit hook in place before any student
 code runs, and an environment that does not point at the course's work folder.
 
 Plain ``nbgrader autograde`` (and the formgrader's Autograde button) uses the
-same manager through the course's ``nbgrader_config.py``: there each kernel is
-a ``bwrap`` process of its own.
+same manager through the course's ``nbgrader_config.py``, with the same fork
+servers, started at its first notebook and kept for the rest of the run: there
+the sealed kernel works in a copy of the autograded folder inside the seal.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class KernelSettings:
     threads: int = 1  # torch threads per kernel (several kernels share the machine)
     sealed: bool | None = None  # None: seal whenever seal.available() says it can
     area: str | None = None  # a writable folder the seal shows, for connection files and IPC sockets
+    cwd: str | None = None  # where the kernel works, if not nbclient's folder (plain nbgrader's sealed copy)
 
 
 SETTINGS = KernelSettings()
@@ -124,7 +126,7 @@ class GuardedKernelManager(AsyncKernelManager):
         settings = SETTINGS
         env = kernel_env(kw.get("env"))
         env.update(settings.env)
-        cwd = os.path.realpath(str(kw.get("cwd") or os.getcwd()))
+        cwd = settings.cwd or os.path.realpath(str(kw.get("cwd") or os.getcwd()))
         if args is not None and settings.fork_server is not None:
             if self.sealed != bool(getattr(settings.fork_server, "sealed", False)):
                 raise RuntimeError("a sealed kernel needs a sealed fork server (and a plain one a plain one)")
