@@ -34,6 +34,9 @@ c.NbGrader.logfile = os.path.join(WORK, "nbgrader.log")
 
 # Lessons run in seconds; a cell that takes a minute is a runaway loop.
 c.Execute.timeout = 60
+# After a cell's reply, nbgrader waits for the rest of its outputs (a figure, an explorer's picture) and
+# fails the cell if they take longer than 4 s, which a fully loaded machine can exceed: wait up to 60 s.
+c.Execute.iopub_timeout = 60
 # Hidden tests must never appear in what students get back: ClearHiddenTests strips them
 # from the sources, ScrubTracebacks from error outputs; ResultsSummary puts every check's
 # result and diagnosis at the top (grader/classroom/feedback.py).

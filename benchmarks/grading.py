@@ -7,7 +7,8 @@ with a fresh copy of the same gradebook:
 
 - tool:  ``python -m grader grade --workers W`` (parallel, checks decided outside the kernel);
 - plain: ``nbgrader autograde <lesson>`` for each lesson, one after another
-  (nbgrader's own command, one kernel per notebook, one notebook at a time).
+  (nbgrader's own command with the course's configuration, one notebook at a time; its kernels
+  are forked from the same warm processes as the tool's, started with its first notebook).
 
 Both use the same per-cell timeout, and each rate counts the notebooks that side
 really graded (its autograded copies), so a side that skips work gains nothing.

@@ -50,13 +50,11 @@ def main(args: list[str]) -> int:
         m = SETUP.match(line)
         if m and m.group(2) == "setup":
             setups.append((float(m.group(1)), m.group(3)))
-    workers = re.search(r"(\d+) workers? \[", proc.stdout)
+    workers = re.search(r"^test workers: (\d+)", proc.stdout, re.M)
     summed = sum(sum(times) for times in per_file.values()) or 1.0
     print(f"suite wall time: {wall:.0f} s (pytest exit code {proc.returncode})")
-    print(
-        f"workers: {workers.group(1) if workers else 1}; summed test time {summed:.0f} s "
-        f"({summed / wall:.1f}x the wall time)"
-    )
+    count = workers.group(1) if workers else "?"
+    print(f"workers: {count}; summed test time {summed:.0f} s ({summed / wall:.1f}x the wall time)")
     print(f"\n{'test file':<44} {'tests':>6} {'seconds':>9} {'share':>6}")
     for name, times in sorted(per_file.items(), key=lambda kv: -sum(kv[1])):
         total = sum(times)

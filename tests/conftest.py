@@ -112,9 +112,13 @@ MAX_WORKERS = 4  # beyond this the simulated class (one worker's share) is the l
 SIMULATED_CLASS_FILES = ("test_classroom_class.py", "test_classroom_crafts.py")
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+def auto_workers() -> int:
     """``-n auto``: one worker per CPU this process may use, at most MAX_WORKERS."""
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return auto_workers()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -176,3 +180,9 @@ def _relay_progress(config: pytest.Config, folder: Path, stop: threading.Event) 
                 writer.flush()
         if last:
             return
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    """Say how many workers ran the tests (benchmarks/suite.py reads this line)."""
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(f"test workers: {getattr(config.option, 'numprocesses', 0) or 1}")

@@ -66,7 +66,11 @@ def run_in_kernel(
     """Execute ``nb`` in place in a fresh python3 kernel working in ``cwd``.
 
     The kernel talks over IPC sockets in a private folder, not TCP ports: kernels that several
-    test processes start at once cannot pick the same port.
+    test processes start at once cannot pick the same port. After each cell's reply the client
+    waits up to 60 s (not nbclient's 4 s) for the cell's last outputs, which a loaded machine can
+    deliver late: otherwise they would be dropped without a word. The kernel keeps its input history
+    in memory: the kernels of all test processes would otherwise share, and wait on, one SQLite file
+    (~/.ipython/profile_default/history.sqlite).
     """
     import tempfile
 
@@ -77,7 +81,14 @@ def run_in_kernel(
         km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "ipc"))
         km.connection_file = str(Path(sockets) / "kernel.json")
         NotebookClient(
-            nb, km=km, timeout=timeout, allow_errors=allow_errors, resources={"metadata": {"path": str(cwd)}}
+            nb,
+            km=km,
+            timeout=timeout,
+            iopub_timeout=60,
+            extra_arguments=["--HistoryManager.hist_file=:memory:"],
+            raise_on_iopub_timeout=True,
+            allow_errors=allow_errors,
+            resources={"metadata": {"path": str(cwd)}},
         ).execute()
 
 

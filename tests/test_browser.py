@@ -106,6 +106,7 @@ def lab(tmp_path_factory):
         JUPYTERLAB_SETTINGS_DIR=str(settings),
         JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        IPYTHONDIR=str(home / "ipython"),  # its kernels' own input history, not the one all tests share
     )
     env.pop("NBGRADER_EXECUTION", None)
     log = open(home / "lab.log", "w")
@@ -531,14 +532,22 @@ def _explorer_calls(path: Path) -> int:
 def test_the_executed_html_shows_every_explorers_picture_and_readout_offline(
     bare_browser, notebook, tmp_path
 ):
-    """``jupyter nbconvert --to html --execute`` with its default options (widget state stored), read offline."""
+    """``jupyter nbconvert --to html --execute`` with its default options (widget state stored), read offline.
+
+    One option is added: it waits up to 60 s, not 4 s, for a cell's last outputs, which a loaded test
+    machine can deliver late (nbconvert would drop them without a word).
+    """
     target = _prepare(notebook, tmp_path)
     env = dict(
         os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     )
     env.pop("NBGRADER_EXECUTION", None)
+    env["IPYTHONDIR"] = str(tmp_path / "ipython")  # its own input history, not the one all tests share
     done = subprocess.run(
-        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", target.name],
+        [
+            *(sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", target.name),
+            *("--ExecutePreprocessor.iopub_timeout=60", "--ExecutePreprocessor.raise_on_iopub_timeout=True"),
+        ],
         cwd=target.parent,
         env=env,
         capture_output=True,
