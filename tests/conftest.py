@@ -112,13 +112,9 @@ MAX_WORKERS = 4  # beyond this the simulated class (one worker's share) is the l
 SIMULATED_CLASS_FILES = ("test_classroom_class.py", "test_classroom_crafts.py")
 
 
-def auto_workers() -> int:
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per CPU this process may use, at most MAX_WORKERS."""
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    return auto_workers()
 
 
 @pytest.hookimpl(tryfirst=True)
