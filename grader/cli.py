@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "grade":
         from grader.classroom import grading
-        from grader.classroom.autograde import Options
+        from grader.classroom.jobs import Options
 
         options = Options(
             timeout=args.timeout or _default_timeout(),

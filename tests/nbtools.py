@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -77,6 +79,7 @@ def run_in_kernel(
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
+    started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
         km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "ipc"))
         km.connection_file = str(Path(sockets) / "kernel.json")
@@ -90,6 +93,50 @@ def run_in_kernel(
             allow_errors=allow_errors,
             resources={"metadata": {"path": str(cwd)}},
         ).execute()
+    _warn_if_stalled(nb, cwd, started)
+
+
+class KernelStallWarning(UserWarning):
+    """A notebook run took far longer than its cells did: where the time went, for the run's log."""
+
+
+STALL_SECONDS = 45
+
+
+def _warn_if_stalled(nb: nbformat.NotebookNode, cwd: Path, started: datetime.datetime) -> None:
+    """Name every step of a slow run that took over 5 s: kernel start, a cell, the wait for a cell's
+    last outputs, the time between cells, shutdown. (Seen under load: runs of a few seconds that
+    took 60 or 120 s, with no cell to blame in the test's result.)"""
+    ended = datetime.datetime.now(datetime.UTC)
+    if (ended - started).total_seconds() < STALL_SECONDS:
+        return
+
+    def at(stamp: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    steps, previous, label = [], started, "kernel start"
+    for i, cell in enumerate(nb.cells):
+        timing = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" not in timing or "shell.execute_reply" not in timing:
+            continue
+        steps.append((label, at(timing["iopub.execute_input"]) - previous))
+        steps.append((f"cell {i}", at(timing["shell.execute_reply"]) - at(timing["iopub.execute_input"])))
+        if "iopub.status.idle" in timing:
+            steps.append(
+                (f"cell {i} outputs", at(timing["iopub.status.idle"]) - at(timing["shell.execute_reply"]))
+            )
+        previous, label = (
+            at(timing.get("iopub.status.idle", timing["shell.execute_reply"])),
+            f"after cell {i}",
+        )
+    steps.append(("shutdown", ended - previous))
+    slow = [f"{name} {delta.total_seconds():.0f} s" for name, delta in steps if delta.total_seconds() > 5]
+    warnings.warn(
+        f"{cwd.name}: the kernel run took {(ended - started).total_seconds():.0f} s; over 5 s: "
+        + (", ".join(slow) or "no single step"),
+        KernelStallWarning,
+        stacklevel=3,
+    )
 
 
 def execute(path: Path, timeout: int = 120) -> nbformat.NotebookNode:

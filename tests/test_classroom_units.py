@@ -686,3 +686,47 @@ def test_export_reports_the_tools_grades_and_flags_a_tampered_gradebook(tmp_path
     rep.gradebook = problems
     md = report.markdown(rep)
     assert "## Gradebook check" in md and "| ada | 01_projection | gradebook differs: t2: 4 (tool: 0) |" in md
+
+
+def test_the_scans_graded_names_are_the_registrys_exercises():
+    """The tamper scan reads the graded names from the lessons' sources (a worker never loads
+    PyTorch for them); they must be exactly the exercises the hidden reference grades."""
+    from grader.registry import exercises
+
+    assert tamper_scan.graded_names() == frozenset(exercises())
+
+
+def _in_a_new_python(script: str) -> str:
+    """What ``script`` prints, run by a Python process of its own (one that has imported nothing yet)."""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=course.ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.strip()
+
+
+def test_a_grading_run_starts_its_workers_before_it_loads_nbgrader_or_pytorch():
+    """The coordinator hands out jobs, and a new worker starts its fork servers, without nbgrader or
+    PyTorch loaded: each is loaded while the fork servers load PyTorch, not before."""
+    script = (
+        "import sys\n"
+        "from grader import cli\n"
+        "from grader.classroom import executors, grading, jobs, servers\n"
+        "print(sorted(m for m in ('nbgrader', 'torch', 'nbconvert', 'nbclient') if m in sys.modules))"
+    )
+    assert _in_a_new_python(script) == "[]"
+
+
+def test_grading_processes_read_notebooks_without_building_the_iri_parser():
+    """Importing ``grader`` keeps jsonschema from building its IRI grammar (about 0.9 s in every
+    grading process); notebooks still validate, and a broken one is still refused."""
+    script = (
+        "import sys, grader, nbformat\n"
+        f"nb = nbformat.read({str(course.ROOT / 'notebooks' / '01_projection' / '01_projection.ipynb')!r}, 4)\n"
+        "nbformat.validate(nb)\n"
+        "del nb.cells[0]['source']\n"
+        "try:\n"
+        "    nbformat.validate(nb)\n"
+        "    print('broken notebook accepted')\n"
+        "except nbformat.ValidationError:\n"
+        "    print('valid, broken refused', sys.modules.get('rfc3987_syntax', 'never imported'))\n"
+    )
+    assert _in_a_new_python(script) == "valid, broken refused None"

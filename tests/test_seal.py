@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -152,6 +154,54 @@ LAUNCHES = ["fork", "bwrap"]
 
 
 # ------------------------------------------------------------------ the kernel
+
+
+@needs_seal
+def test_a_workers_fork_servers_are_still_running_when_its_first_job_comes():
+    """A new worker starts both its fork servers, then loads the grading code. The sealed one runs
+    under ``bwrap --die-with-parent``, which kills it when the thread that started it ends: a
+    server started from a passing thread is gone, and the first job pays for a second start."""
+    script = """
+import json, time
+from grader.classroom import servers
+servers.warm_up()
+first = {name: getattr(servers, name)._proc.pid for name in ("PLAIN", "SEALED")}
+time.sleep(1.0)
+alive = {name: getattr(servers, name).alive() for name in first}
+for name in first:
+    getattr(servers, name).ensure()  # what a job does before it forks: start the server if it is gone
+print(json.dumps({"alive": alive, "same": {name: getattr(servers, name)._proc.pid == first[name] for name in first}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != seal.OFF_VARIABLE}
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=course.ROOT, env=env
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "alive": {"PLAIN": True, "SEALED": True},
+        "same": {"PLAIN": True, "SEALED": True},
+    }
+
+
+@needs_seal
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_a_grading_kernel_loses_nothing_its_first_cell_writes(
+    launch, course_like, kernel_settings, sealed_fork_server
+):
+    """The grading kernels' client stops waiting as soon as the kernel has answered (no fixed
+    0.2 s of silence on IOPub): what the first cells write at once all reaches the notebook."""
+    assert isinstance(kernels.GuardedKernelManager().client(), kernels.GuardedKernelClient)
+    _, mine = course_like
+    cells = [
+        "import sys\nfor i in range(300):\n    print(i)\nprint('to stderr', file=sys.stderr)",
+        "print('second')",
+    ]
+    fork_server = sealed_fork_server if launch == "fork" else None
+    nb = _run(cells, mine, kernel_settings, fork_server)
+    streams = [o for o in nb.cells[0].outputs if o.output_type == "stream"]
+    assert "".join(o.text for o in streams if o.name == "stdout").split() == [str(i) for i in range(300)]
+    assert "".join(o.text for o in streams if o.name == "stderr") == "to stderr\n"
+    assert [o.get("text") for o in nb.cells[1].outputs] == ["second\n"]
 
 
 @needs_seal

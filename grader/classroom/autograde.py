@@ -36,7 +36,6 @@ grades into the course (one writer for the real gradebook).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -46,162 +45,26 @@ import threading
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import guard, kernels, lessons, seal, tamper_scan
-from grader.classroom.fork_server import ForkServer
-
-# ------------------------------------------------------------------ data crossing the executor
-
-
-@dataclass
-class Options:
-    """How to grade (same for every submission of a run)."""
-
-    timeout: int = 60  # seconds per cell
-    memory: int | None = 4 << 30  # bytes per notebook (kernel and sandbox each)
-    notebook_timeout: int = 600  # seconds per submission, all in
-    kernels: str = "fork"  # "fork" (from the fork server) or "plain" (a new process each)
-    protect: list[str] = field(default_factory=list)  # paths no student code may touch (work folder, sources)
-    threads: int = 1  # torch threads per notebook
-
-
-@dataclass
-class Job:
-    student: str
-    lesson: str
-    notebook: bytes
-    template: bytes  # an nbgrader gradebook with the course's assignments and no students
-    timestamp: str | None = None
-    digest: str = ""
-    options: Options = field(default_factory=Options)
-
-
-@dataclass
-class CellResult:
-    grade_id: str
-    exercise: str
-    points: float
-    score: float
-    kernel_passed: bool | None
-    trusted_passed: bool | None
-    message: str = ""
-    diagnosis: str | None = None
-
-
-@dataclass
-class JobResult:
-    student: str
-    lesson: str
-    digest: str
-    status: str
-    score: float = 0.0
-    max_score: float = 0.0
-    cells: list[CellResult] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    notebook: bytes | None = None  # the autograded notebook
-    files: dict[str, bytes] = field(default_factory=dict)  # other files of the autograded folder
-    error: str | None = None  # an internal failure of the tool (the submission is then retried)
-    phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step
-    isolation: str = ""  # "sealed" (bubblewrap), or "not sealed: <why>" (the guard alone; see seal.py)
-
-    def summary(self) -> dict:
-        """Everything but the bytes, as plain JSON data."""
-        from dataclasses import asdict
-
-        d = asdict(self)
-        d.pop("notebook")
-        d.pop("files")
-        return d
-
-
-def digest_of(notebook: bytes, timestamp: str | None) -> str:
-    h = hashlib.sha256(notebook)
-    h.update(b"\0" + (timestamp or "").encode())
-    return h.hexdigest()[:20]
-
+from grader.classroom import guard, kernels, lessons, seal, servers, tamper_scan
+from grader.classroom.jobs import (  # noqa: F401 - re-exported
+    CellResult,
+    Job,
+    JobResult,
+    Options,
+    default_protected,
+    digest_of,
+)
 
 # nbgrader's gradebook code makes SQLAlchemy warn about its autoflush on every submission: noise
 warnings.filterwarnings("ignore", message=".*not in session.*")
 
 # ------------------------------------------------------------------ per-worker state
 
-_FORK_SERVER: ForkServer | None = None
 _CONTEXT: dict[str, Any] = {}  # the job being graded (read by the preprocessors)
-
-
-def _fork_server() -> ForkServer:
-    global _FORK_SERVER
-    if _FORK_SERVER is None:
-        env = dict(os.environ)
-        env.pop("ATTENTION_COURSE_WORK", None)
-        _FORK_SERVER = ForkServer(env)
-        import atexit
-
-        atexit.register(_FORK_SERVER.close)
-    return _FORK_SERVER
-
-
-_SEALED: ForkServer | None = None
-_AREA: str | None = None
-
-
-def _sealed_area() -> str:
-    """This worker's folder that the seal shows (read-write): one sub-folder per job, removed after it."""
-    global _AREA
-    if _AREA is None:
-        import atexit
-
-        parent = Path(seal.short_tmp()) / f"classroom-sealed-{os.getuid()}"
-        parent.mkdir(mode=0o700, exist_ok=True)
-        for old in parent.iterdir():  # areas of workers that were stopped without cleaning up
-            pid = old.name.split("-")[0]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(old, ignore_errors=True)
-        _AREA = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
-        atexit.register(shutil.rmtree, _AREA, True)
-    return _AREA
-
-
-def _sealed_fork_server() -> ForkServer:
-    """The fork server inside the seal: kernels and sandboxes of this worker are forked from it."""
-    global _SEALED
-    if _SEALED is None:
-        env = kernels.kernel_env(None)
-        env["MPLBACKEND"] = "Agg"
-        _SEALED = ForkServer(env, sealed_area=_sealed_area())
-        import atexit
-
-        atexit.register(_SEALED.close)
-    return _SEALED
-
-
-def _start_quietly(server: ForkServer) -> None:
-    try:
-        server.ensure()
-    except (RuntimeError, OSError):  # the first job that needs it starts it again, and says why not
-        pass
-
-
-def warm_up() -> None:
-    """Start this worker's fork servers and load nbgrader now, while the other workers do the same."""
-    import threading
-
-    servers = [_fork_server()] + ([_sealed_fork_server()] if seal.available()[0] else [])
-    # both start at once (a failed start is retried, and reported, by the first job that needs it)
-    starting = [threading.Thread(target=_start_quietly, args=(s,), daemon=True) for s in servers]
-    for thread in starting:
-        thread.start()
-    import nbgrader.apps  # noqa: F401 - the slowest import of a job, done once per worker
-
-    tamper_scan.graded_names()  # the scan's names of graded functions load the registry (and torch)
-    for thread in starting:
-        thread.join()
 
 
 # ------------------------------------------------------------------ statuses
@@ -360,7 +223,7 @@ def _open_box(root: Path, autograded_dir: Path) -> Path:
             f"{seal.NOT_SEALED}: {why}; the student's code ran under the in-process guard only"
         )
         return root
-    box = Path(tempfile.mkdtemp(prefix="job-", dir=_sealed_area()))
+    box = Path(tempfile.mkdtemp(prefix="job-", dir=servers.sealed_area()))
     for name in ("tmp", "scratch", "pipes", "ipc"):
         (box / name).mkdir()
     if _CONTEXT.get("job"):  # nbgrader writes the autograded copy where the sealed kernel can work in it
@@ -395,7 +258,7 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
         deny_imports=("grader",),
     )
     if fork:
-        kernels.SETTINGS.fork_server = _sealed_fork_server() if sealed else _fork_server()
+        kernels.SETTINGS.fork_server = servers.sealed() if sealed else servers.plain()
     kernels.SETTINGS.cwd = str(workdir) if workdir else None
     kernels.SETTINGS.sealed = sealed
     kernels.SETTINGS.area = str(box / "ipc") if sealed else None
@@ -411,9 +274,9 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
 def _kill_kernels() -> None:
     """Kill the notebook's kernels, and in the seal every process the notebook left behind."""
     kernels.kill_all()
-    if _CONTEXT.get("isolation") == seal.SEALED and _SEALED is not None:
+    if _CONTEXT.get("isolation") == seal.SEALED and servers.SEALED is not None:
         try:
-            _SEALED.reset()
+            servers.SEALED.reset()
         except RuntimeError:
             pass
 
@@ -494,7 +357,7 @@ def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
         }
         for path in pipes.values():
             os.mkfifo(path, 0o600)
-        box_proc = _sealed_fork_server().fork(
+        box_proc = servers.sealed().fork(
             "sandbox",
             cwd=str(scratch),
             env=_child_env(ctx),
@@ -503,7 +366,7 @@ def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
             log=str(box / "sandbox.log"),
             threads=opts.threads,
         )
-    proc = _fork_server().fork(
+    proc = servers.plain().fork(
         "trusted",
         cwd=str(trusted_dir),
         env=_child_env(ctx),
@@ -1007,11 +870,6 @@ def _score_cells(nb: Any, result: JobResult) -> None:
         if gid in by_id:
             by_id[gid].score = float(score or 0)
     result.score = float(sum(c.score for c in result.cells))
-
-
-def default_protected() -> list[str]:
-    """What no student code may open: the work folder (gradebook, every submission) and the sources."""
-    return [str(course.work_dir().resolve()), str(course.ROOT / "_grading"), str(course.ROOT / "solutions")]
 
 
 def _stop_notebook() -> None:

@@ -423,13 +423,20 @@ class ForkServer:
         self._env = env
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self._starting = False  # spawned, and its "ready" line not read yet
         self.sealed_area = sealed_area
 
     @property
     def sealed(self) -> bool:
         return self.sealed_area is not None
 
-    def _start(self) -> None:
+    def _spawn(self) -> None:
+        """Start the fork server's process; ``_await_ready`` waits for it to have loaded its modules.
+
+        Call it from a thread that outlives the server (the worker's main thread): a sealed
+        server runs under ``bwrap --die-with-parent``, which kills it when the *thread* that
+        started it ends.
+        """
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
         cmd = [sys.executable, "-m", "grader.classroom.fork_server"]
@@ -450,15 +457,35 @@ class ForkServer:
             env=env,
             start_new_session=True,
         )
+        self._starting = True
+
+    def _await_ready(self) -> None:
+        assert self._proc is not None and self._proc.stdout
+        self._starting = False
         first = self._proc.stdout.readline()
         if not first.startswith(b'{"ready"'):
             raise RuntimeError(f"the fork server did not start: {first!r}")
+
+    def _ready(self) -> None:
+        """Under the lock: a running, ready fork server (started now if there is none)."""
+        if not self.alive():
+            self._spawn()
+        if self._starting:
+            self._await_ready()
+
+    def begin(self) -> None:
+        """Start the fork server if it is not running, without waiting for it (its first use waits)."""
+        with self._lock:
+            if not self.alive():
+                self._spawn()
 
     def request(self, message: dict) -> dict:
         """Ask a running fork server about its children (never starts one)."""
         with self._lock:
             if not self.alive():
                 raise RuntimeError("the fork server is not running")
+            if self._starting:
+                self._await_ready()
             assert self._proc is not None and self._proc.stdin and self._proc.stdout
             try:
                 self._proc.stdin.write(json.dumps(message).encode() + b"\n")
@@ -481,8 +508,7 @@ class ForkServer:
     def ensure(self) -> None:
         """Start the fork server unless it is running."""
         with self._lock:
-            if not self.alive():
-                self._start()
+            self._ready()
 
     def fork(self, role: str, **request: Any) -> ForkedProcess | SealedProcess:
         if self.sealed and request.get("env") is not None:
@@ -490,8 +516,7 @@ class ForkServer:
 
             request["env"] = seal.sealed_env(request["env"])
         with self._lock:
-            if not self.alive():
-                self._start()
+            self._ready()
             assert self._proc is not None and self._proc.stdin and self._proc.stdout
             self._proc.stdin.write(json.dumps({"role": role, **request}).encode() + b"\n")
             self._proc.stdin.flush()

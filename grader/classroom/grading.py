@@ -24,21 +24,18 @@ import os
 import sqlite3
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import executors, lessons
-from grader.classroom.autograde import (
-    Job,
-    JobResult,
-    Options,
-    default_protected,
-    digest_of,
-    grade_job,
-    warm_up,
-)
+from grader.classroom import executors, jobs, lessons
+from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
+from grader.classroom.servers import warm_up
+
+# nbgrader's gradebook code makes SQLAlchemy warn about its autoflush on every submission: noise
+warnings.filterwarnings("ignore", message=".*not in session.*")
 
 
 def classroom_dir() -> Path:
@@ -433,7 +430,7 @@ def grade(
         template_bytes = template()
         by_key = {(s.student, s.lesson): s for s in todo}
         bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
-        for job, result in ex.run(grade_job, _job_stream(todo, template_bytes, options)):
+        for job, result in ex.run(jobs.run, _job_stream(todo, template_bytes, options)):
             sub = by_key[(job.student, job.lesson)]
             if isinstance(result, BaseException):
                 result = JobResult(job.student, job.lesson, job.digest, "grading failed", error=repr(result))

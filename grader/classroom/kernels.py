@@ -23,10 +23,14 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
+from queue import Empty
 from typing import Any
 
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import DottedObjectName, Type
 
 from grader.classroom import seal
 
@@ -91,8 +95,48 @@ def _ipykernel_args(cmd: list[str]) -> list[str] | None:
     return None
 
 
+class GuardedKernelClient(AsyncKernelClient):
+    """The client nbclient gets for a grading kernel: ready as soon as the kernel has answered.
+
+    jupyter_client's ``wait_for_ready`` ends by reading IOPub until 0.2 s pass without a
+    message: a fixed 0.2 s per notebook. This one takes only what IOPub already holds. What
+    comes later (the status messages of the ``kernel_info`` request) is skipped by nbclient,
+    which reads each cell's outputs by the id of that cell's request.
+    """
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while True:
+            self.kernel_info()
+            try:
+                msg = await self.shell_channel.get_msg(timeout=1)
+            except Empty:
+                pass
+            else:
+                if msg["msg_type"] == "kernel_info_reply":
+                    try:  # IOPub is connected once a message of the request comes through it
+                        await self.iopub_channel.get_msg(timeout=0.2)
+                    except Empty:
+                        pass
+                    else:
+                        self._handle_kernel_info_reply(msg)
+                        break
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+        while True:
+            try:
+                await self.iopub_channel.get_msg(timeout=0)
+            except Empty:
+                break
+
+
 class GuardedKernelManager(AsyncKernelManager):
     """An AsyncKernelManager whose kernels are sealed, capped, guarded and (when possible) forked."""
+
+    client_class = DottedObjectName("grader.classroom.kernels.GuardedKernelClient")
+    client_factory = Type(klass="grader.classroom.kernels.GuardedKernelClient")
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -120,6 +164,14 @@ class GuardedKernelManager(AsyncKernelManager):
                     shutil.rmtree(folder, ignore_errors=True)
 
     cleanup_resources = _async_cleanup_resources
+
+    async def _async_finish_shutdown(
+        self, waittime: float | None = None, pollinterval: float = 0.1, restart: bool = False
+    ) -> None:
+        # a grading kernel ends within milliseconds of its shutdown request: look every 10 ms, not 100
+        await super()._async_finish_shutdown(waittime, min(pollinterval, 0.01), restart)
+
+    finish_shutdown = _async_finish_shutdown
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
         args = _ipykernel_args(kernel_cmd)

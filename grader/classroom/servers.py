@@ -1,0 +1,88 @@
+"""A grading worker's two fork servers (``grader.classroom.fork_server``), and its warm-up.
+
+- ``plain()``: forks the trusted processes (and, without bubblewrap, kernels and sandboxes);
+- ``sealed()``: started inside the seal (``grader.classroom.seal``), forks kernels and sandboxes.
+
+Both are started once per worker process and kept for every job it grades. This module
+imports nothing heavy, so that a new worker starts them before it imports nbgrader: the
+servers load PyTorch while the worker loads the rest.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from grader.classroom import seal
+from grader.classroom.fork_server import ForkServer
+
+PLAIN: ForkServer | None = None
+SEALED: ForkServer | None = None
+_AREA: str | None = None
+
+
+def plain() -> ForkServer:
+    """The fork server outside the seal (started on first use)."""
+    global PLAIN
+    if PLAIN is None:
+        env = dict(os.environ)
+        env.pop("ATTENTION_COURSE_WORK", None)
+        PLAIN = ForkServer(env)
+        atexit.register(PLAIN.close)
+    return PLAIN
+
+
+def sealed_area() -> str:
+    """This worker's folder that the seal shows (read-write): one sub-folder per job, removed after it."""
+    global _AREA
+    if _AREA is None:
+        parent = Path(seal.short_tmp()) / f"classroom-sealed-{os.getuid()}"
+        parent.mkdir(mode=0o700, exist_ok=True)
+        for old in parent.iterdir():  # areas of workers that were stopped without cleaning up
+            pid = old.name.split("-")[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(old, ignore_errors=True)
+        _AREA = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
+        atexit.register(shutil.rmtree, _AREA, True)
+    return _AREA
+
+
+def sealed() -> ForkServer:
+    """The fork server inside the seal: kernels and sandboxes of this worker are forked from it."""
+    global SEALED
+    if SEALED is None:
+        from grader.classroom import kernels
+
+        env = kernels.kernel_env(None)
+        env["MPLBACKEND"] = "Agg"
+        SEALED = ForkServer(env, sealed_area=sealed_area())
+        atexit.register(SEALED.close)
+    return SEALED
+
+
+def warm_up() -> None:
+    """A new worker's first step: start its fork servers, load the grading code, then wait for them.
+
+    The servers are started from this (the worker's main) thread, because a sealed one dies with
+    the thread that started it. A failed start is retried, and reported, by the first job that
+    needs the server.
+    """
+    started = []
+    # the sealed one first: it takes longer to start, and a job needs it first (for its sandbox)
+    for server in (sealed, plain) if seal.available()[0] else (plain,):
+        try:
+            started.append(server())
+            started[-1].begin()
+        except OSError:
+            pass
+    from grader.classroom import autograde, tamper_scan  # noqa: F401 - nbgrader: a job's slowest import
+
+    tamper_scan.graded_names()  # the scan's names of graded functions: every lesson's source, read once
+    for server in started:
+        try:
+            server.ensure()
+        except (RuntimeError, OSError):
+            pass
