@@ -68,7 +68,9 @@ def run_in_kernel(
     """Execute ``nb`` in place in a fresh python3 kernel working in ``cwd``.
 
     The kernel talks over IPC sockets in a private folder, not TCP ports: kernels that several
-    test processes start at once cannot pick the same port. After each cell's reply the client
+    test processes start at once cannot pick the same port. The client is the grading kernels'
+    (``GuardedKernelClient``): after a cell with an Output widget, nbclient's own client could
+    sleep through the cell's reply until the cell's timeout (120 s here). After each cell's reply the client
     waits up to 60 s (not nbclient's 4 s) for the cell's last outputs, which a loaded machine can
     deliver late: otherwise they would be dropped without a word. The kernel keeps its input history
     in memory: the kernels of all test processes would otherwise share, and wait on, one SQLite file
@@ -79,11 +81,18 @@ def run_in_kernel(
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
+    from grader.classroom.kernels import GuardedKernelClient
+
     started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
-        km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "ipc"))
+        km = AsyncKernelManager(
+            kernel_name="python3",
+            transport="ipc",
+            ip=str(Path(sockets) / "ipc"),
+            client_factory=GuardedKernelClient,  # never asleep on a reply that has come
+        )
         km.connection_file = str(Path(sockets) / "kernel.json")
-        NotebookClient(
+        client = NotebookClient(
             nb,
             km=km,
             timeout=timeout,
@@ -91,8 +100,11 @@ def run_in_kernel(
             extra_arguments=["--HistoryManager.hist_file=:memory:"],
             raise_on_iopub_timeout=True,
             allow_errors=allow_errors,
+            shutdown_kernel="immediate",
             resources={"metadata": {"path": str(cwd)}},
-        ).execute()
+        )
+        client.owns_km = True  # end the kernel when the run ends (nbclient keeps a given manager's kernel)
+        client.execute()
     _warn_if_stalled(nb, cwd, started)
 
 
@@ -105,8 +117,8 @@ STALL_SECONDS = 45
 
 def _warn_if_stalled(nb: nbformat.NotebookNode, cwd: Path, started: datetime.datetime) -> None:
     """Name every step of a slow run that took over 5 s: kernel start, a cell, the wait for a cell's
-    last outputs, the time between cells, shutdown. (Seen under load: runs of a few seconds that
-    took 60 or 120 s, with no cell to blame in the test's result.)"""
+    last outputs, the time between cells, shutdown. (This is how runs of a few seconds that took
+    60 or 120 s were traced to the client sleeping through a widget cell's reply.)"""
     ended = datetime.datetime.now(datetime.UTC)
     if (ended - started).total_seconds() < STALL_SECONDS:
         return

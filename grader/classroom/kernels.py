@@ -29,6 +29,7 @@ from queue import Empty
 from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import DottedObjectName, Type
 
@@ -95,14 +96,38 @@ def _ipykernel_args(cmd: list[str]) -> list[str] | None:
     return None
 
 
+class SteppedShellChannel(AsyncZMQSocketChannel):
+    """A shell channel that waits for a message in steps of at most half a second.
+
+    While nbclient waits on the shell socket for a cell's reply, it sends the kernel an Output
+    widget's updates on that same socket; the send can take the socket's (edge-triggered) wake-up,
+    and a single wait then sleeps through the reply until its timeout -- the cell's timeout, 60 s
+    or more, after which the reply is read as if nothing happened (nbclient issue #312). Seen as
+    runs of a few seconds taking 60 or 120 s. Each step ends with a real look at the socket.
+    """
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await super().get_msg(timeout=min(0.5, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+
 class GuardedKernelClient(AsyncKernelClient):
-    """The client nbclient gets for a grading kernel: ready as soon as the kernel has answered.
+    """The client nbclient gets for a grading kernel: ready as soon as the kernel has answered, and
+    never asleep on a reply that has come (``SteppedShellChannel``).
 
     jupyter_client's ``wait_for_ready`` ends by reading IOPub until 0.2 s pass without a
     message: a fixed 0.2 s per notebook. This one takes only what IOPub already holds. What
     comes later (the status messages of the ``kernel_info`` request) is skipped by nbclient,
     which reads each cell's outputs by the id of that cell's request.
     """
+
+    shell_channel_class = Type(SteppedShellChannel)
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
