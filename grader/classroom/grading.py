@@ -24,7 +24,6 @@ import os
 import sqlite3
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,6 @@ from grader import course
 from grader.classroom import executors, jobs, lessons
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
 from grader.classroom.servers import warm_up
-
-# nbgrader's gradebook code makes SQLAlchemy warn about its autoflush on every submission: noise
-warnings.filterwarnings("ignore", message=".*not in session.*")
 
 
 def classroom_dir() -> Path:

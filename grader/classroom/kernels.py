@@ -160,6 +160,7 @@ class GuardedKernelClient(AsyncKernelClient):
 class GuardedKernelManager(AsyncKernelManager):
     """An AsyncKernelManager whose kernels are sealed, capped, guarded and (when possible) forked."""
 
+    # both: AsyncKernelManager's own client_factory default does not follow client_class
     client_class = DottedObjectName("grader.classroom.kernels.GuardedKernelClient")
     client_factory = Type(klass="grader.classroom.kernels.GuardedKernelClient")
 
