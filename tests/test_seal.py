@@ -449,6 +449,70 @@ def test_graded_submission_runs_sealed_in_kernel_and_sandbox(gradebook, listener
     assert seen["tcp"] != "connected"
 
 
+_SIBLINGS_CELL = """
+import os
+def _field(pid, name):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(name + ":"):
+            return line.split()[1]
+siblings = []
+for entry in os.listdir("/proc"):
+    if not entry.isdigit() or int(entry) == os.getpid():
+        continue
+    try:  # another child of the fork server that forked this kernel, and not yet dead
+        if int(_field(entry, "PPid")) == os.getppid() and _field(entry, "State") not in ("Z", "X"):
+            siblings.append(open(f"/proc/{entry}/cmdline", "rb").read().replace(bytes(1), b" ").decode())
+    except (OSError, ValueError, TypeError):
+        pass
+print("SIBLINGS", len(siblings), siblings)
+"""
+
+
+@needs_seal
+def test_a_kernel_runs_no_student_code_while_the_sandbox_lives(gradebook):
+    """The kernel starts while the sandbox runs the independent checks, but its first cell runs only
+    once the sandbox (the other process with this student's code) is gone: the kernel's code finds no
+    other process forked beside it."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_SIBLINGS_CELL))
+    # the sandbox runs this too, and lives on for a while: long enough for a kernel that did not wait
+    nb.cells.insert(1, nbformat.v4.new_code_cell("import time\ntime.sleep(1.5)"))
+    result = grade_job(
+        Job("first_cell_fay", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+    )
+    assert result.error is None, result.error
+    assert result.isolation == "sealed"
+    graded = nbformat.reads(result.notebook.decode(), as_version=4)
+    text = "".join(str(o.get("text", "")) for o in graded.cells[0].outputs)
+    assert text.startswith("SIBLINGS 0 "), text
+    # and the checks ran in full: the untouched notebook fails every one of them
+    assert result.cells and all(c.trusted_passed is False for c in result.cells), result.cells
+
+
+@needs_seal
+def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_code(tmp_path):
+    """Where the seal works, the fork server outside it has the checks loaded, so it refuses to fork
+    a kernel, a sandbox, or a trusted process with an unsealed sandbox of its own."""
+    from grader.classroom import servers
+
+    assert servers.plain().trusted_only  # what a grading worker gets
+    server = ForkServer(servers.kernel_env(None), trusted_only=True)
+    try:
+        for role, request in (
+            ("kernel", {"argv": ["-f", str(tmp_path / "kernel.json")], "guard": {}}),
+            ("sandbox", {"pipes": {"to_sandbox": "x", "from_sandbox": "y"}, "sandbox": {}}),
+            ("trusted", {"job": str(tmp_path / "job.json"), "sandbox": {}, "pipes": None}),
+        ):
+            with pytest.raises(RuntimeError, match="only sealed trusted processes"):
+                server.fork(role, cwd=str(tmp_path), **request)
+        assert server.alive()
+    finally:
+        server.close()
+
+
 def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):
     from grader.classroom import grading
 

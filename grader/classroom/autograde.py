@@ -191,6 +191,7 @@ def _end_notebook() -> None:
     watchdog = _CONTEXT.get("watchdog")
     if watchdog is not None:
         watchdog.cancel()
+    _abandon_checks()
     _kill_kernels()
     shutil.rmtree(_CONTEXT["root"], ignore_errors=True)
     _close_box()
@@ -318,16 +319,44 @@ class IndependentChecks(NbGraderPreprocessor):
             "result_path": str(trusted_dir / "result.json"),
         }
         (trusted_dir / "job.json").write_text(json.dumps(job))
-        t = time.perf_counter()
-        ctx["trusted"] = _run_trusted(ctx, trusted_dir)
-        ctx["phases"]["independent checks"] = round(time.perf_counter() - t, 3)
-        for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
-            ctx["phases"][f"  {k}"] = v
-        ctx["phases"]["kernel start"] = time.perf_counter()
+        _start_checks(ctx, trusted_dir)
         return nb, resources
 
 
-def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
+def _start_checks(ctx: dict, trusted_dir: Path) -> None:
+    """Start the notebook's independent checks; ``_finish_checks`` waits for their verdicts.
+
+    They run while the notebook's kernel starts (``GuardedExecute`` waits for them before the
+    kernel runs its first cell): no student code runs in the kernel until the sandbox, the other
+    process with the student's code, is gone.
+    """
+    ctx["checks"] = (time.perf_counter(), _launch_trusted(ctx, trusted_dir))
+
+
+def _finish_checks() -> None:
+    """Wait for the independent checks started for this notebook (if any), and keep their verdicts."""
+    ctx = _CONTEXT
+    started, running = ctx.pop("checks", (None, None))
+    if running is None:
+        return
+    ctx["trusted"] = _await_trusted(ctx, *running)
+    ctx["phases"]["independent checks"] = round(time.perf_counter() - started, 3)
+    for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
+        ctx["phases"][f"  {k}"] = v
+
+
+def _abandon_checks() -> None:
+    """Stop the checks of a notebook that ends before they were awaited."""
+    _started, running = _CONTEXT.pop("checks", (None, None))
+    if running is not None:
+        for proc in running[:2]:
+            if proc is not None:
+                proc.kill()
+
+
+def _launch_trusted(ctx: dict, trusted_dir: Path) -> tuple[Any, Any | None, float, Path]:
+    """Fork the trusted process (and, sealed, the student's sandbox it talks to); returns what
+    ``_await_trusted`` needs."""
     opts: Options = ctx["options"]
     root: Path = ctx["root"]
     box: Path = ctx.get("box", root)
@@ -376,8 +405,13 @@ def _run_trusted(ctx: dict, trusted_dir: Path) -> dict | None:
         log=str(root / "trusted.log"),
         threads=opts.threads,
     )
+    return proc, box_proc, time.monotonic() + budget, trusted_dir
+
+
+def _await_trusted(ctx: dict, proc: Any, box_proc: Any, until: float, trusted_dir: Path) -> dict | None:
+    """The trusted process's verdicts, once it has ended (None if it ran past its time)."""
     try:
-        proc.wait(timeout=min(budget, max(1, ctx["deadline"] - time.monotonic())))
+        proc.wait(timeout=max(1, min(until, ctx["deadline"]) - time.monotonic()))
     except Exception:  # noqa: BLE001 - took too long
         proc.kill()
         return None
@@ -446,6 +480,8 @@ class GuardedExecute(Execute):
 
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
         self._current = index
+        if "checks" in _CONTEXT:  # the kernel is ready: wait for the checks, whose sandbox then goes
+            _finish_checks()
         if not (_CONTEXT and _is_test_cell(cell) and lessons.HIDDEN_BLOCK.search(cell.source)):
             return super().preprocess_cell(cell, resources, index)
         # hidden checks run only on the trusted side: the kernel runs what students see
@@ -458,6 +494,8 @@ class GuardedExecute(Execute):
 
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
         self._current = -1
+        if _CONTEXT:
+            _CONTEXT["phases"]["kernel start"] = time.perf_counter()
         if _CONTEXT.get("plain"):
             watchdog = threading.Timer(_CONTEXT["options"].notebook_timeout, _stop_notebook)
             watchdog.daemon = True
@@ -470,6 +508,8 @@ class GuardedExecute(Execute):
         finally:
             if _CONTEXT.get("watchdog") is not None:
                 _CONTEXT.pop("watchdog").cancel()
+            if "checks" in _CONTEXT:  # no cell ran (the kernel did not start)
+                _finish_checks()
 
     def _ran_out(self, nb: Any, resources: Any, e: Exception) -> Any:
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -525,6 +565,7 @@ class ApplyVerdicts(NbGraderPreprocessor):
         from nbgrader.utils import determine_grade
 
         ctx = _CONTEXT
+        _finish_checks()
         started = ctx["phases"].pop("kernel start", None)
         if started is not None:
             ctx["phases"]["notebook run"] = round(time.perf_counter() - started, 3)
@@ -760,6 +801,7 @@ def grade_job(job: Job) -> JobResult:
         result.status = "grading failed"
         result.error = traceback.format_exc()[-4000:]
     finally:
+        _abandon_checks()
         shutil.rmtree(root, ignore_errors=True)
         _close_box()
         _CONTEXT.clear()

@@ -23,8 +23,11 @@ their pid in that namespace and asks the fork server to poll or signal them
 (``SealedProcess``); after each job, ``reset`` kills every other process in
 the namespace and empties its private /tmp.
 
-The fork server imports nothing from the grading package but this module and the
-guard, so a forked sandbox has no hidden reference in memory. Children are in
+A fork server that forks student code (a kernel or a sandbox) imports nothing from the
+grading package but this module and the guard, so a forked sandbox has no hidden reference
+in memory. The plain fork server beside a sealed one forks nothing but trusted processes
+(``--trusted-only``, which refuses every other request), so it loads the checks once for all
+of them. Children are in
 their own process group; when the worker goes away (EOF on the pipe) the
 fork server kills them all and exits.
 """
@@ -43,6 +46,9 @@ import time
 from typing import Any
 
 PRELOAD = ("torch", "numpy", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "attention_course")
+# a plain fork server beside a sealed one forks only trusted processes (``--trusted-only``): it loads
+# the checks themselves instead of the kernel, since no student code is ever forked from it
+PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course", "grader.harness", "grader.registry")
 
 
 # ---------------------------------------------------------------- the server
@@ -242,14 +248,40 @@ def _reset(keep: list[str]) -> int:
     return killed
 
 
+def _load_kernel_without_debugger() -> None:
+    """Load ipykernel's debugger module with debugpy kept out of it.
+
+    A grading kernel is never debugged (nbclient sends no debug requests), and importing debugpy
+    for it took about 65 ms of every kernel's start. ``debugpy`` itself stays importable for
+    student code.
+    """
+    if "debugpy" in sys.modules or "ipykernel.debugger" in sys.modules:
+        return
+    sys.modules["debugpy"] = None  # type: ignore[assignment] - makes "import debugpy" fail here
+    try:
+        import ipykernel.debugger  # noqa: F401 - it then records that no debugger is available
+    except Exception:  # noqa: BLE001 - without ipykernel only the speed is lost
+        pass
+    finally:
+        del sys.modules["debugpy"]
+
+
 def serve() -> None:
     """The fork server's main loop: read one JSON request per line, fork, answer with the pid."""
     os.environ.setdefault("MPLBACKEND", "Agg")
-    for name in PRELOAD:
+    trusted_only = "--trusted-only" in sys.argv
+    for name in PRELOAD_TRUSTED if trusted_only else PRELOAD:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module only costs speed
             pass
+    if trusted_only:
+        try:
+            sys.modules["grader.registry"].exercises()  # every lesson's checks, imported once
+        except Exception:  # noqa: BLE001 - a trusted process then reports what is wrong
+            pass
+    else:
+        _load_kernel_without_debugger()
     from . import guard  # noqa: F401 - loaded once, before any fork
 
     signal.signal(signal.SIGCHLD, _reap)
@@ -271,8 +303,13 @@ def serve() -> None:
             stdout.flush()
             continue
         role = ROLES.get(req.get("role"))
-        if role is None:
-            stdout.write(json.dumps({"error": f"unknown role {req.get('role')!r}"}).encode() + b"\n")
+        if role is None or (trusted_only and (role is not _run_trusted or not req.get("pipes"))):
+            why = (
+                "only sealed trusted processes"
+                if trusted_only and role
+                else f"unknown role {req.get('role')!r}"
+            )
+            stdout.write(json.dumps({"error": why}).encode() + b"\n")
             stdout.flush()
             continue
         # no reaping between fork() and noting the child: its exit code must not be lost or stale
@@ -419,12 +456,16 @@ class ForkServer:
     folder (the worker's per-job folders) as the only writable one.
     """
 
-    def __init__(self, env: dict[str, str] | None = None, sealed_area: str | None = None):
+    def __init__(
+        self, env: dict[str, str] | None = None, sealed_area: str | None = None, trusted_only: bool = False
+    ):
         self._env = env
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._starting = False  # spawned, and its "ready" line not read yet
         self.sealed_area = sealed_area
+        # forks only trusted processes that talk to a sealed sandbox (and loads the checks to fork them)
+        self.trusted_only = trusted_only and sealed_area is None
 
     @property
     def sealed(self) -> bool:
@@ -439,7 +480,9 @@ class ForkServer:
         """
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
-        cmd = [sys.executable, "-m", "grader.classroom.fork_server"]
+        cmd = [sys.executable, "-m", "grader.classroom.fork_server"] + (
+            ["--trusted-only"] if self.trusted_only else []
+        )
         if self.sealed_area is not None:
             from grader.classroom import seal
 

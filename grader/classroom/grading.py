@@ -403,7 +403,7 @@ def grade(
     course.ensure_tools_on_path()
     lesson_ids = only_lessons or course.lessons()
     subs = submissions(lesson_ids, only_students)
-    digests = {lid: lessons.lesson(lid).digest for lid in lesson_ids}
+    digests = {lid: lessons.digest(lid) for lid in lesson_ids}
     in_gb = graded_in_gradebook()  # (recording lessons below adds no submission to it)
     todo = [s for s in subs if force or not already_graded(s, digests[s.lesson], in_gb)]
     if limit is not None:

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from queue import Empty
 from typing import Any
 
+import zmq
+import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import DottedObjectName, Type
+from traitlets import DottedObjectName, Type, default
 
 from grader.classroom import seal
-
-# variables a student kernel must not see (they lead to the real gradebook)
-SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID")
+from grader.classroom.servers import kernel_env
 
 
 @dataclass
@@ -64,14 +64,6 @@ def sealing() -> bool:
     if SETTINGS.sealed is not None:
         return SETTINGS.sealed
     return seal.available()[0]
-
-
-def kernel_env(env: dict[str, str] | None) -> dict[str, str]:
-    clean = dict(env if env is not None else os.environ)
-    for name in SCRUBBED_ENV:
-        clean.pop(name, None)
-    clean.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    return clean
 
 
 def kill_all() -> None:
@@ -128,6 +120,14 @@ class GuardedKernelClient(AsyncKernelClient):
     """
 
     shell_channel_class = Type(SteppedShellChannel)
+
+    @default("context")
+    def _default_context(self) -> zmq.asyncio.Context:
+        # the client connects while the kernel is still starting; zmq retries a refused connection
+        # every 100 ms by default, which cost each kernel 0.1-0.2 s of waiting for its first reply
+        context = super()._context_default()
+        context.setsockopt(zmq.RECONNECT_IVL, 5)
+        return context
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))

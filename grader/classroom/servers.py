@@ -19,18 +19,36 @@ from pathlib import Path
 from grader.classroom import seal
 from grader.classroom.fork_server import ForkServer
 
+# variables a student kernel must not see (they lead to the real gradebook)
+SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID")
+
 PLAIN: ForkServer | None = None
 SEALED: ForkServer | None = None
 _AREA: str | None = None
 
 
+def kernel_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of a student's kernel: ``env`` (default: this process's) without what leads
+    to the course's work folder."""
+    clean = dict(env if env is not None else os.environ)
+    for name in SCRUBBED_ENV:
+        clean.pop(name, None)
+    clean.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    return clean
+
+
 def plain() -> ForkServer:
-    """The fork server outside the seal (started on first use)."""
+    """The fork server outside the seal (started on first use). Where the seal works, it forks
+    only trusted processes (each talks to a sandbox in the seal) and has the checks loaded."""
     global PLAIN
+    trusted_only = seal.available()[0]
+    if PLAIN is not None and PLAIN.trusted_only != trusted_only:  # the seal was turned on or off since
+        PLAIN.close()
+        PLAIN = None
     if PLAIN is None:
         env = dict(os.environ)
         env.pop("ATTENTION_COURSE_WORK", None)
-        PLAIN = ForkServer(env)
+        PLAIN = ForkServer(env, trusted_only=trusted_only)
         atexit.register(PLAIN.close)
     return PLAIN
 
@@ -54,9 +72,7 @@ def sealed() -> ForkServer:
     """The fork server inside the seal: kernels and sandboxes of this worker are forked from it."""
     global SEALED
     if SEALED is None:
-        from grader.classroom import kernels
-
-        env = kernels.kernel_env(None)
+        env = kernel_env(None)
         env["MPLBACKEND"] = "Agg"
         SEALED = ForkServer(env, sealed_area=sealed_area())
         atexit.register(SEALED.close)
