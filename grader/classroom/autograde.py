@@ -45,6 +45,7 @@ import threading
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -323,40 +324,47 @@ class IndependentChecks(NbGraderPreprocessor):
         return nb, resources
 
 
-def _start_checks(ctx: dict, trusted_dir: Path) -> None:
-    """Start the notebook's independent checks; ``_finish_checks`` waits for their verdicts.
+@dataclass
+class _RunningChecks:
+    """A notebook's independent checks while they run: the trusted process, and (sealed) its sandbox."""
 
-    They run while the notebook's kernel starts (``GuardedExecute`` waits for them before the
-    kernel runs its first cell): no student code runs in the kernel until the sandbox, the other
-    process with the student's code, is gone.
-    """
-    ctx["checks"] = (time.perf_counter(), _launch_trusted(ctx, trusted_dir))
+    trusted: Any
+    sandbox: Any | None
+    started: float  # time.perf_counter()
+    until: float  # time.monotonic() by which they must end
+    trusted_dir: Path
 
 
 def _finish_checks() -> None:
     """Wait for the independent checks started for this notebook (if any), and keep their verdicts."""
     ctx = _CONTEXT
-    started, running = ctx.pop("checks", (None, None))
-    if running is None:
+    checks: _RunningChecks | None = ctx.pop("checks", None)
+    if checks is None:
         return
-    ctx["trusted"] = _await_trusted(ctx, *running)
-    ctx["phases"]["independent checks"] = round(time.perf_counter() - started, 3)
+    ctx["trusted"] = _await_trusted(ctx, checks)
+    ctx["phases"]["independent checks"] = round(time.perf_counter() - checks.started, 3)
     for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
         ctx["phases"][f"  {k}"] = v
 
 
 def _abandon_checks() -> None:
     """Stop the checks of a notebook that ends before they were awaited."""
-    _started, running = _CONTEXT.pop("checks", (None, None))
-    if running is not None:
-        for proc in running[:2]:
+    checks: _RunningChecks | None = _CONTEXT.pop("checks", None)
+    if checks is not None:
+        for proc in (checks.trusted, checks.sandbox):
             if proc is not None:
                 proc.kill()
 
 
-def _launch_trusted(ctx: dict, trusted_dir: Path) -> tuple[Any, Any | None, float, Path]:
-    """Fork the trusted process (and, sealed, the student's sandbox it talks to); returns what
-    ``_await_trusted`` needs."""
+def _start_checks(ctx: dict, trusted_dir: Path) -> None:
+    """Start the notebook's independent checks: fork the trusted process (and, sealed, the student's
+    sandbox it talks to); ``_finish_checks`` waits for their verdicts.
+
+    They run while the notebook's kernel starts (``GuardedExecute`` waits for them before the
+    kernel runs its first cell): no student code runs in the kernel until the sandbox, the other
+    process with the student's code, is gone.
+    """
+    started = time.perf_counter()
     opts: Options = ctx["options"]
     root: Path = ctx["root"]
     box: Path = ctx.get("box", root)
@@ -405,20 +413,20 @@ def _launch_trusted(ctx: dict, trusted_dir: Path) -> tuple[Any, Any | None, floa
         log=str(root / "trusted.log"),
         threads=opts.threads,
     )
-    return proc, box_proc, time.monotonic() + budget, trusted_dir
+    ctx["checks"] = _RunningChecks(proc, box_proc, started, time.monotonic() + budget, trusted_dir)
 
 
-def _await_trusted(ctx: dict, proc: Any, box_proc: Any, until: float, trusted_dir: Path) -> dict | None:
+def _await_trusted(ctx: dict, checks: _RunningChecks) -> dict | None:
     """The trusted process's verdicts, once it has ended (None if it ran past its time)."""
     try:
-        proc.wait(timeout=max(1, min(until, ctx["deadline"]) - time.monotonic()))
+        checks.trusted.wait(timeout=max(1, min(checks.until, ctx["deadline"]) - time.monotonic()))
     except Exception:  # noqa: BLE001 - took too long
-        proc.kill()
+        checks.trusted.kill()
         return None
     finally:
-        if box_proc is not None:
-            box_proc.kill()
-    result = trusted_dir / "result.json"
+        if checks.sandbox is not None:
+            checks.sandbox.kill()
+    result = checks.trusted_dir / "result.json"
     if not result.exists():
         return None
     return json.loads(result.read_text())
@@ -480,8 +488,7 @@ class GuardedExecute(Execute):
 
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
         self._current = index
-        if "checks" in _CONTEXT:  # the kernel is ready: wait for the checks, whose sandbox then goes
-            _finish_checks()
+        _finish_checks()  # the kernel is ready: wait for the checks (if still running), whose sandbox then goes
         if not (_CONTEXT and _is_test_cell(cell) and lessons.HIDDEN_BLOCK.search(cell.source)):
             return super().preprocess_cell(cell, resources, index)
         # hidden checks run only on the trusted side: the kernel runs what students see
@@ -508,8 +515,6 @@ class GuardedExecute(Execute):
         finally:
             if _CONTEXT.get("watchdog") is not None:
                 _CONTEXT.pop("watchdog").cancel()
-            if "checks" in _CONTEXT:  # no cell ran (the kernel did not start)
-                _finish_checks()
 
     def _ran_out(self, nb: Any, resources: Any, e: Exception) -> Any:
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -565,7 +570,7 @@ class ApplyVerdicts(NbGraderPreprocessor):
         from nbgrader.utils import determine_grade
 
         ctx = _CONTEXT
-        _finish_checks()
+        _finish_checks()  # if no cell ran (the kernel did not start)
         started = ctx["phases"].pop("kernel start", None)
         if started is not None:
             ctx["phases"]["notebook run"] = round(time.perf_counter() - started, 3)

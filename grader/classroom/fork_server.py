@@ -303,12 +303,10 @@ def serve() -> None:
             stdout.flush()
             continue
         role = ROLES.get(req.get("role"))
-        if role is None or (trusted_only and (role is not _run_trusted or not req.get("pipes"))):
-            why = (
-                "only sealed trusted processes"
-                if trusted_only and role
-                else f"unknown role {req.get('role')!r}"
-            )
+        why = f"unknown role {req.get('role')!r}" if role is None else None
+        if trusted_only and not (role is _run_trusted and req.get("pipes")):
+            why = "this fork server forks only sealed trusted processes"
+        if why:
             stdout.write(json.dumps({"error": why}).encode() + b"\n")
             stdout.flush()
             continue

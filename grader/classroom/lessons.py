@@ -163,9 +163,7 @@ def _read(path: Path) -> Lesson:
             m = CHECK_CALL.search(c.source)
             if m:
                 checks[cell.grade_id] = m.group(2)
-    lesson = Lesson(
-        path.parent.name, path, cells, names, hashlib.sha256(raw).hexdigest()[:16], checks, release
-    )
+    lesson = Lesson(path.parent.name, path, cells, names, _digest_of(raw), checks, release)
     return lesson
 
 
@@ -184,9 +182,13 @@ def lesson(lesson_id: str, root: Path = course.ROOT) -> Lesson:
     return _cached(str(path), path.stat().st_mtime)
 
 
+def _digest_of(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
 def digest(lesson_id: str, root: Path = course.ROOT) -> str:
-    """``lesson(lesson_id).digest`` without reading the notebook (a hash of its file)."""
-    return hashlib.sha256(_path(lesson_id, root).read_bytes()).hexdigest()[:16]
+    """``lesson(lesson_id).digest`` without parsing the notebook."""
+    return _digest_of(_path(lesson_id, root).read_bytes())
 
 
 def all_lessons(root: Path = course.ROOT) -> list[Lesson]:
