@@ -65,6 +65,46 @@ def module_chromium(request: pytest.FixtureRequest):
     return browser
 
 
+PAGE_STATE = """() => {
+    const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+    const status = (document.querySelector('#jp-main-statusbar') || {}).innerText || '(no status bar)';
+    const dialog = (document.querySelector('.jp-Dialog') || {}).innerText || '';
+    if (!panel) return {status, dialog, cells: [], explorers: 0};
+    const cells = [...panel.querySelectorAll('.jp-CodeCell')].map((cell, i) => {
+        const prompt = ((cell.querySelector('.jp-InputArea-prompt') || {}).textContent || '').trim();
+        const source = ((cell.querySelector('.jp-InputArea-editor') || {}).innerText || '').trim().split('\\n')[0];
+        const bad = [...cell.querySelectorAll(
+            "[data-mime-type='application/vnd.jupyter.stderr'], .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']"
+        )].map(e => e.innerText.trim().slice(-400));
+        return {i, prompt, source: source.slice(0, 60), bad};
+    });
+    return {status, dialog, cells, explorers: panel.querySelectorAll('.ac-explorer').length};
+}"""
+
+
+def describe_page(page, log: Path | None = None) -> str:
+    """What a failed browser test saw: the status bar, each code cell's prompt (``[*]``: still
+    running, ``[ ]``: never run) and any error it shows, the explorers rendered, the end of the
+    server's log. For the failure message, where a screenshot cannot be seen."""
+    try:
+        state = page.evaluate(PAGE_STATE)
+    except Exception as error:  # noqa: BLE001 - the page itself is gone
+        return f"(the page could not be read: {type(error).__name__}: {error})"
+    lines = [
+        f"status bar: {' '.join(state['status'].split())!r}",
+        f"explorers rendered: {state['explorers']}",
+    ]
+    if state["dialog"]:
+        lines.append(f"dialog open: {' '.join(state['dialog'].split())[:300]!r}")
+    for cell in state["cells"]:
+        lines.append(f"  cell {cell['i']:2d} {cell['prompt'] or '[ ]':7s} {cell['source']!r}")
+        lines += [f"      shows: {text!r}" for text in cell["bad"]]
+    if log is not None and log.exists():
+        lines.append("end of the server's log:")
+        lines += ["  " + line for line in log.read_text(errors="replace").splitlines()[-25:]]
+    return "\n".join(lines)
+
+
 @pytest.fixture(scope="module")
 def chromium(request):
     """Headless Chromium (no JupyterLab): the one of this test module."""

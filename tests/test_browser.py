@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser_support import module_chromium, why_no_browser
+from tests.browser_support import describe_page, module_chromium, why_no_browser
 from tests.nbtools import ROOT, filled, solution_sources
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -142,7 +142,7 @@ def lab(tmp_path_factory):
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("JupyterLab did not start:\n" + (home / "lab.log").read_text()[-3000:])
             time.sleep(0.5)
-        yield {"base": base, "token": token, "root": root}
+        yield {"base": base, "token": token, "root": root, "log": home / "lab.log"}
     finally:
         proc.terminate()
         try:
@@ -506,8 +506,9 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
         if notebook == FIXTURE:
             assert set(CHECKS) <= set(kinds), kinds
         assert not errors, f"JavaScript errors: {errors}"
-    except Exception:
+    except Exception as error:
         page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
+        error.add_note(describe_page(page, lab.get("log")))
         raise
     finally:
         page.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.browser_support import describe_page
 from tests.test_browser import (  # noqa: F401 - lab and browser are fixtures
     ARTIFACTS,
     TIMEOUT_MS,
@@ -76,9 +77,10 @@ def test_run_all_with_nothing_implemented_shows_every_explorer(lab, browser, not
         assert "Still to do: `" in outputs
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"runall-untouched-{lesson}.png"))
-    except Exception:
+    except Exception as error:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"runall-untouched-{lesson}-failure.png"), full_page=True)
+        error.add_note(describe_page(page, lab.get("log")))
         raise
     finally:
         page.close()

@@ -14,6 +14,7 @@ import re
 import nbformat
 import pytest
 
+from tests.browser_support import describe_page
 from tests.test_browser import (  # noqa: F401  (lab, browser: fixtures)
     ARTIFACTS,
     TIMEOUT_MS,
@@ -209,9 +210,10 @@ def test_stage_explorers_render_and_respond_in_jupyterlab(lab, browser):  # noqa
             check_readable(ex, kind, figure_px)  # nothing under 11 px, cut off or past the output area
         assert sorted(kinds) == sorted(STAGE_CHECKS), kinds
         assert not errors, f"JavaScript errors: {errors}"
-    except Exception:
+    except Exception as error:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
+        error.add_note(describe_page(page, lab.get("log")))
         raise
     finally:
         page.close()
