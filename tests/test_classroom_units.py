@@ -730,3 +730,60 @@ def test_grading_processes_read_notebooks_without_building_the_iri_parser():
         "    print('valid, broken refused', sys.modules.get('rfc3987_syntax', 'never imported'))\n"
     )
     assert _in_a_new_python(script) == "valid, broken refused None"
+
+
+_GRADEBOOKS_SCRIPT = r"""
+import shutil, sys
+from pathlib import Path
+from grader.classroom import gradebooks
+gradebooks.reuse_engines()
+from nbgrader.api import Gradebook, MissingEntry
+from nbformat.v4 import new_code_cell
+from nbgrader.nbgraderformat import MetadataValidator, ValidationError
+
+folder = Path(sys.argv[1])
+a, b = folder / "a.db", folder / "b.db"
+with Gradebook(f"sqlite:///{a}") as gb:  # a new file: nbgrader creates its tables
+    gb.add_student("ada")
+with Gradebook(f"sqlite:///{b}") as gb:  # another new file, with the tables and no student
+    gb.add_assignment("01_projection")
+with Gradebook(f"sqlite:///{a}") as gb:
+    assert gb.find_student("ada").id == "ada"
+shutil.copy(b, a)  # the file replaced between two uses: the second sees the new one
+with Gradebook(f"sqlite:///{a}") as gb:
+    try:
+        gb.find_student("ada")
+        raise SystemExit("read the replaced file's student")
+    except MissingEntry:
+        pass
+    assert [x.name for x in gb.assignments] == ["01_projection"]
+a.write_bytes(b"")  # an empty file: the tables are made again
+with Gradebook(f"sqlite:///{a}") as gb:
+    gb.add_student("bob")
+    assert [s.id for s in gb.students] == ["bob"]
+meta = {"grade": True, "grade_id": "t", "locked": True, "points": 1, "schema_version": 3, "solution": False, "task": False}
+cell = new_code_cell("pass", metadata={"nbgrader": meta})
+MetadataValidator().validate_cell(cell)
+for _ in range(2):  # the schema, checked once, still refuses bad metadata every time
+    cell.metadata.nbgrader["points"] = "many"
+    try:
+        MetadataValidator().validate_cell(cell)
+        raise SystemExit("bad metadata passed")
+    except ValidationError:
+        pass
+print("OK")
+"""
+
+
+def test_gradebooks_opened_faster_read_and_write_what_nbgrader_would(tmp_path):
+    """In a grading process nbgrader's gradebook reuses one engine per file and checks its tables once
+    per schema: a new file still gets its tables, a file replaced between two uses is read afresh,
+    and bad cell metadata is still refused (in a process of its own: the change is process-wide)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _GRADEBOOKS_SCRIPT, str(tmp_path)],
+        cwd=course.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout + done.stderr

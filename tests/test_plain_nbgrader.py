@@ -121,8 +121,9 @@ def test_a_correct_answer_that_writes_to_stderr_gets_full_marks_and_a_note(grade
     note = _text(first, "stream")
     assert note.startswith(autograde.STDERR_NOTE), note
     assert "debugging: inside the function" in note and "this is only a warning" in note
-    if lesson == L1:  # (lesson 05's long trace pushes it past the note's last line)
-        assert "written straight to fd 2" in note
+    # The raw write to fd 2 costs nothing either (no test cell above has a stderr output). Where its
+    # text shows is up to ipykernel, which forwards fd-level writes from a thread of its own: in this
+    # note, or, on a loaded machine, after the cell has ended (then with a later cell, or nowhere).
 
 
 def test_a_long_stderr_trace_is_shortened(graded):

@@ -541,3 +541,120 @@ def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):
 
     rows = list(csv.DictReader((work / "report-unsealed" / "grades.csv").open()))
     assert any(r["student_id"] == student and r["isolation"].startswith("not sealed") for r in rows)
+
+
+# ------------------------------------------------------------------ a job's head start
+
+
+def _answered() -> nbformat.NotebookNode:
+    """Lesson 01 as a student hands it in with every answer right."""
+    from tests.nbtools import filled, solution_sources
+
+    return filled(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", solution_sources(LESSON))
+
+
+def _grade_nb(template: bytes, student: str, nb: nbformat.NotebookNode):
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    result = grade_job(
+        Job(student, LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+    )
+    assert result.error is None, result.error
+    return result
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "not sealed"])
+def test_checks_started_before_nbgrader_decide_only_the_cells_that_then_run(gradebook, sealed, monkeypatch):
+    """A job starts its independent checks before nbgrader has restored the notebook, on the cells as
+    restoring will leave them. Where nbgrader's restoring changes the cells (a deleted test cell put
+    back), those checks are thrown away and the cells that run are checked: the grades are the same
+    as for the notebook handed in whole."""
+    if sealed and not SEALED:
+        pytest.skip(f"no seal here: {WHY}")
+    if not sealed:
+        monkeypatch.setenv(seal.OFF_VARIABLE, "1")
+    _, template = gradebook
+    whole = _grade_nb(template, "whole_wes", _answered())
+    assert whole.score == whole.max_score == 7, [(c.grade_id, c.score, c.message) for c in whole.cells]
+    assert "checks started again" not in whole.phases, whole.phases
+
+    edited = _answered()  # a test cell emptied: restoring puts its source back, as the head start guessed
+    next(
+        c for c in edited.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test01_project_values"
+    ).source = "pass"
+    result = _grade_nb(template, "edited_eve", edited)
+    assert "checks started again" not in result.phases, result.phases
+    assert [(c.grade_id, c.score) for c in result.cells] == [(c.grade_id, c.score) for c in whole.cells]
+
+    deleted = _answered()  # a test cell deleted: only nbgrader puts it back, so the checks start again
+    deleted.cells = [
+        c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test01_project_values"
+    ]
+    result = _grade_nb(template, "deleted_dee", deleted)
+    assert result.phases.get("checks started again") == 1, result.phases
+    assert [(c.grade_id, c.score) for c in result.cells] == [(c.grade_id, c.score) for c in whole.cells]
+    assert any("test01_project_values" in n and "deleted" in n for n in result.notes), result.notes
+
+    wrong = _answered()  # and a wrong answer in that notebook loses what it loses handed in whole
+    wrong.cells = [
+        c for c in wrong.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test01_project_values"
+    ]
+    answer = next(c for c in wrong.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex01_project")
+    answer.source = answer.source.replace("Q = X @ W_q", "Q = X @ W_k")
+    result = _grade_nb(template, "deleted_wrong_dan", wrong)
+    assert result.phases.get("checks started again") == 1, result.phases
+    scores = {c.grade_id: c.score for c in result.cells}
+    assert scores["test01_project_hidden"] == 0 and scores["test01_project_values"] == 0, scores
+    assert scores["test01_project_shapes"] == 1, scores
+
+
+_WHERE_CELL = """
+import os
+print("EXECUTION", os.environ.get("NBGRADER_EXECUTION"))
+print("FILES", sorted(os.listdir(".")))
+"""
+
+
+def test_a_kernel_started_early_runs_as_nbgrader_would_start_it(gradebook):
+    """The kernel a job starts before nbgrader asks for one works where nbgrader puts the notebook,
+    and knows it is being graded (the explorers and the Colab cell then do nothing)."""
+    _, template = gradebook
+    nb = _answered()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(_WHERE_CELL))
+    result = _grade_nb(template, "early_ezra", nb)
+    assert result.score == result.max_score, [(c.grade_id, c.score, c.message) for c in result.cells]
+    graded = nbformat.reads(result.notebook.decode(), as_version=4)
+    text = "".join(str(o.get("text", "")) for o in graded.cells[1].outputs)
+    assert "EXECUTION autograde" in text, text
+    assert f"'{LESSON}.ipynb'" in text.split("FILES", 1)[1], text
+
+
+def test_a_lessons_imports_are_loaded_once_and_its_figures_still_show(gradebook):
+    """A lesson's own imports (matplotlib.pyplot, about 0.2 s in each kernel, sandbox and trusted
+    process) are loaded once by the fork servers; a kernel forked after still draws its figures
+    inline, into the graded notebook, as one that imported pyplot itself."""
+    from grader.classroom import grading, servers
+    from tests.nbtools import filled, solution_sources
+
+    lesson = "05_softmax"
+    grading.ensure_gradebook([LESSON, lesson])
+    nb = filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", solution_sources(lesson))
+    nb.cells.append(
+        nbformat.v4.new_code_cell("import matplotlib\nprint('BACKEND', matplotlib.get_backend())")
+    )
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    job = Job(
+        "figures_fay", lesson, nbformat.writes(nb).encode(), grading.template(), options=Options(timeout=60)
+    )
+    result = grade_job(job)
+    assert result.error is None, result.error
+    assert result.score == result.max_score, [(c.grade_id, c.score, c.message) for c in result.cells]
+    forking = servers.sealed() if result.isolation == "sealed" else servers.plain()
+    assert "matplotlib.pyplot" in forking.preloaded and "matplotlib.pyplot" in servers.plain().preloaded
+    graded = nbformat.reads(result.notebook.decode(), as_version=4)
+    text = "".join(str(o.get("text", "")) for o in graded.cells[-1].outputs)
+    assert "BACKEND module://matplotlib_inline.backend_inline" in text, text
+    figures = [c for c in graded.cells if c.cell_type == "code" and "plt.show()" in c.source]
+    images = [[o for o in c.outputs if "image/png" in o.get("data", {})] for c in figures]
+    assert figures and all(images), [(c.source[:40], [o.output_type for o in c.outputs]) for c in figures]

@@ -45,12 +45,14 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import guard, kernels, lessons, seal, servers, tamper_scan
+from grader.classroom import gradebooks, guard, kernels, lessons, seal, servers, tamper_scan
 from grader.classroom.jobs import (  # noqa: F401 - re-exported
     CellResult,
     Job,
@@ -261,6 +263,9 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
     )
     if fork:
         kernels.SETTINGS.fork_server = servers.sealed() if sealed else servers.plain()
+        # what the lesson's cells import, loaded once in each server that forks a process to run them
+        for server in (kernels.SETTINGS.fork_server, servers.plain()):
+            server.preload(list(_CONTEXT["lesson"].imports))
     kernels.SETTINGS.cwd = str(workdir) if workdir else None
     kernels.SETTINGS.sealed = sealed
     kernels.SETTINGS.area = str(box / "ipc") if sealed else None
@@ -291,37 +296,47 @@ class IndependentChecks(NbGraderPreprocessor):
             self.log.warning("Not a lesson of this course: graded by the notebook alone")
             return nb, resources
         ctx = _CONTEXT
-        lesson: lessons.Lesson = ctx["lesson"]
-        student_cells = []
-        for i, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            meta = cell.metadata.get("nbgrader", {})
-            kind = "test" if meta.get("grade") and not meta.get("solution") else "other"
-            student_cells.append(
-                {
-                    "id": cell.get("id") or f"cell-{i}",
-                    "kind": kind,
-                    "grade_id": meta.get("grade_id"),
-                    "source": cell.source,
-                }
-            )
+        job = _checks_job(nb)
         ctx["flags"] += [
             s
-            for s in tamper_scan.scan([c["source"] for c in student_cells if c["kind"] == "other"])
+            for s in tamper_scan.scan([c["source"] for c in job["student_cells"] if c["kind"] == "other"])
             if s not in ctx["flags"]
         ]
-        trusted_dir: Path = ctx["root"] / "trusted"
-        job = {
-            "source_cells": [vars(c) for c in lesson.cells],
-            "student_cells": student_cells,
-            "graded_names": lesson.graded_names,
-            "cell_timeout": ctx["options"].timeout,
-            "result_path": str(trusted_dir / "result.json"),
-        }
-        (trusted_dir / "job.json").write_text(json.dumps(job))
-        _start_checks(ctx, trusted_dir)
+        if ctx.get("checks") is not None and ctx.get("checks_job") == job:
+            return nb, resources  # started before nbgrader prepared the notebook, on these very cells
+        if ctx.get("checks") is not None:  # started on cells that nbgrader's repairs then changed
+            _discard_checks()
+            ctx["phases"]["checks started again"] = 1
+        _start_checks(ctx, job)
         return nb, resources
+
+
+def _checks_job(nb: Any) -> dict:
+    """What the trusted process is asked to decide for this notebook: its code cells as they will
+    run (test cells as nbgrader restores them, hidden blocks included), and the lesson's."""
+    ctx = _CONTEXT
+    lesson: lessons.Lesson = ctx["lesson"]
+    student_cells = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        kind = "test" if meta.get("grade") and not meta.get("solution") else "other"
+        student_cells.append(
+            {
+                "id": cell.get("id") or f"cell-{i}",
+                "kind": kind,
+                "grade_id": meta.get("grade_id"),
+                "source": cell.source,
+            }
+        )
+    return {
+        "source_cells": [vars(c) for c in lesson.cells],
+        "student_cells": student_cells,
+        "graded_names": lesson.graded_names,
+        "cell_timeout": ctx["options"].timeout,
+        "result_path": str(ctx["root"] / "trusted" / "result.json"),
+    }
 
 
 @dataclass
@@ -350,21 +365,45 @@ def _finish_checks() -> None:
 def _abandon_checks() -> None:
     """Stop the checks of a notebook that ends before they were awaited."""
     checks: _RunningChecks | None = _CONTEXT.pop("checks", None)
+    _CONTEXT.pop("checks_job", None)
     if checks is not None:
         for proc in (checks.trusted, checks.sandbox):
             if proc is not None:
                 proc.kill()
 
 
-def _start_checks(ctx: dict, trusted_dir: Path) -> None:
-    """Start the notebook's independent checks: fork the trusted process (and, sealed, the student's
-    sandbox it talks to); ``_finish_checks`` waits for their verdicts.
+def _discard_checks() -> None:
+    """Stop checks started on cells that are not the ones that will run, and clear what they left, so
+    that new ones start as the first did (nothing of the old ones can reach the new verdicts)."""
+    checks: _RunningChecks | None = _CONTEXT.get("checks")
+    _abandon_checks()
+    if checks is None:
+        return
+    for proc in (checks.trusted, checks.sandbox):
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - a process that outlives SIGKILL: the job's folders go with it
+                pass
+    for path in [checks.trusted_dir / "result.json", checks.trusted_dir / "result.json.tmp"]:
+        path.unlink(missing_ok=True)
+    box: Path = _CONTEXT.get("box", _CONTEXT["root"])
+    for pipe in (box / "pipes").glob("*"):
+        pipe.unlink(missing_ok=True)
+
+
+def _start_checks(ctx: dict, job: dict) -> None:
+    """Start the notebook's independent checks on ``job`` (``_checks_job``): fork the trusted process
+    (and, sealed, the student's sandbox it talks to); ``_finish_checks`` waits for their verdicts.
 
     They run while the notebook's kernel starts (``GuardedExecute`` waits for them before the
     kernel runs its first cell): no student code runs in the kernel until the sandbox, the other
     process with the student's code, is gone.
     """
     started = time.perf_counter()
+    trusted_dir: Path = ctx["root"] / "trusted"
+    (trusted_dir / "job.json").write_text(json.dumps(job))
+    ctx["checks_job"] = job
     opts: Options = ctx["options"]
     root: Path = ctx["root"]
     box: Path = ctx.get("box", root)
@@ -503,6 +542,13 @@ class GuardedExecute(Execute):
         self._current = -1
         if _CONTEXT:
             _CONTEXT["phases"]["kernel start"] = time.perf_counter()
+        early = _CONTEXT.pop("kernel", None) if _CONTEXT else None
+        if km is None and early is not None:
+            wanted = (nb.metadata.get("kernelspec") or {}).get("name") or self.kernel_name
+            if early.kernel_name == wanted:
+                km = early
+            else:
+                _CONTEXT["kernel"] = early  # another kind than the notebook asks for: stopped after
         if _CONTEXT.get("plain"):
             watchdog = threading.Timer(_CONTEXT["options"].notebook_timeout, _stop_notebook)
             watchdog.daemon = True
@@ -515,6 +561,13 @@ class GuardedExecute(Execute):
         finally:
             if _CONTEXT.get("watchdog") is not None:
                 _CONTEXT.pop("watchdog").cancel()
+
+    @contextmanager
+    def setup_kernel(self, **kwargs: Any) -> Iterator[None]:
+        # a kernel started early is stopped after the run like one nbclient starts itself
+        kwargs.setdefault("cleanup_kc", True)
+        with super().setup_kernel(**kwargs):
+            yield
 
     def _ran_out(self, nb: Any, resources: Any, e: Exception) -> Any:
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -704,7 +757,58 @@ def _stderr_as_note(outputs: list) -> list:
 # ------------------------------------------------------------------ the job
 
 
-def _course_config(root: Path, lesson_id: str, options: Options) -> Any:
+def _as_restored(nb: Any, lesson: lessons.Lesson) -> Any:
+    """A repaired submission (``cells.repair``) with its test and locked cells' sources as nbgrader's
+    OverwriteCells puts them back from the gradebook: what the kernel will be given, in all but
+    rare cases (a deleted test cell is put back only by nbgrader); ``IndependentChecks`` compares."""
+    release = {c.name: c for c in lesson.release}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        rel = release.get(meta.get("grade_id")) if isinstance(meta, dict) else None
+        if rel is not None and (rel.locked or rel.is_test) and rel.cell_type == cell.cell_type:
+            cell.source = rel.source
+    return nb
+
+
+def _start_early(predicted: Any, autograded_dir: Path, cfg: Any) -> None:
+    """A job's head start, taken while nbgrader prepares the notebook (gradebook rows, sanitizing):
+    the independent checks on the cells as they will run, and the kernel, started (it runs nothing
+    until nbgrader gives it the notebook's cells, and no cell before the checks are done).
+
+    Checks started on other cells than nbgrader then runs are discarded and started again
+    (``IndependentChecks``); a kernel of another kind than the notebook asks for is not used.
+    """
+    ctx = _CONTEXT
+    try:
+        _start_checks(ctx, _checks_job(predicted))
+    except Exception:  # noqa: BLE001 - IndependentChecks starts them in nbgrader's run, and reports
+        _discard_checks()
+    from jupyter_core.utils import run_sync
+
+    autograded_dir.mkdir(parents=True, exist_ok=True)  # nbgrader keeps it: only its notebook is new
+    km = kernels.GuardedKernelManager(kernel_name=ctx["lesson"].kernel, config=cfg)
+    args = ["--HistoryManager.hist_file=:memory:"] if km.ipykernel else []  # as nbclient starts one
+    env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # what nbgrader sets while it executes
+    try:
+        run_sync(km.start_kernel)(extra_arguments=args, cwd=str(autograded_dir), env=env)
+    except Exception:  # noqa: BLE001 - nbclient starts one the usual way
+        return
+    ctx["kernel"] = km
+
+
+def _drop_early_kernel() -> None:
+    """Stop a kernel started early that nbgrader's run did not take (the notebook ended before)."""
+    km = _CONTEXT.pop("kernel", None)
+    if km is not None:
+        from jupyter_core.utils import run_sync
+
+        try:
+            run_sync(km.shutdown_kernel)(now=True)
+        except Exception:  # noqa: BLE001 - killed with the job's other processes right after
+            pass
+
+
+def _course_config(root: Path, lesson_id: str, options: Options, gradebook: Path) -> Any:
     from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -714,11 +818,19 @@ def _course_config(root: Path, lesson_id: str, options: Options) -> Any:
     cd.source_directory = str(course.ROOT / "solutions")
     cd.submitted_directory = "submitted"
     cd.autograded_directory = "autograded"
-    cd.db_url = "sqlite:///" + str(root / "course" / "gradebook.db")
+    # its one notebook by name: nbgrader then keeps the autograded folder that the kernel started
+    # early works in (with "*" and --force it deletes the folder first)
+    cd.notebook_id = lesson_id
+    cd.db_url = "sqlite:///" + str(gradebook)
     cfg.NbGrader.logfile = ""
     cfg.Execute.timeout = options.timeout
+    # every output has come when the last cell has replied: the kernel is stopped, not asked to stop
+    # and waited for (it and whatever it started are killed right after in any case)
+    cfg.Execute.shutdown_kernel = "immediate"
+    # the notebook is validated once after nbgrader's steps, not after each of its dozen steps
+    cfg.Exporter.optimistic_validation = True
     cfg.OverwriteCells.add_missing_cells = True
-    cfg.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    cfg.Autograde.autograde_preprocessors = list(JOB_PREPROCESSORS)
     return cfg
 
 
@@ -735,6 +847,58 @@ AUTOGRADE_PREPROCESSORS = (
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 )
+# what a job leaves out: it grades into a throw-away copy of the gradebook, and the coordinator runs
+# these two on the final notebook into the course's gradebook (grading._write_gradebook)
+GRADEBOOK_WRITERS = ("nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties")
+JOB_PREPROCESSORS = tuple(p for p in AUTOGRADE_PREPROCESSORS if p not in GRADEBOOK_WRITERS)
+
+
+_PRIVATE: dict[str, Path] = {}
+
+
+def _private_gradebook() -> Path:
+    """Where this process's jobs keep their copy of the gradebook: one path for all of them.
+
+    nbgrader opens a gradebook about ten times per notebook, each time with a new SQLAlchemy engine
+    that compiles every statement afresh (about 50 ms per notebook). With one path, one engine
+    (``gradebooks.reuse_engines``) serves every job of the process, its compiled statements with it.
+    The folder is private to this process and denied to student code like the job's own folder.
+    """
+    if "dir" not in _PRIVATE:
+        import atexit
+
+        _PRIVATE["dir"] = Path(tempfile.mkdtemp(prefix="classroom-gradebook-"))
+        atexit.register(shutil.rmtree, _PRIVATE["dir"], True)
+    return _PRIVATE["dir"] / "gradebook.db"
+
+
+# the student's name inside a job's private course: its gradebook copy then holds the submission's rows
+# before the job starts (``_gradebook_with_submission``), and no student id becomes a path there
+PRIVATE_STUDENT = "student"
+_PREPARED: dict[tuple[str, str], bytes] = {}
+
+
+def _gradebook_with_submission(template: bytes, lesson_id: str) -> bytes:
+    """The gradebook template with PRIVATE_STUDENT's (empty) submission of the lesson in it, made once
+    per template and lesson in this process: nbgrader then only updates those rows for each job,
+    where it would create a grade and a comment row for every cell (about 30 ms per notebook)."""
+    import hashlib
+
+    key = (hashlib.sha256(template).hexdigest(), lesson_id)
+    if key not in _PREPARED:
+        from nbgrader.api import Gradebook
+
+        gradebooks.reuse_engines()
+        path = _private_gradebook()
+        path.write_bytes(template)
+        with Gradebook("sqlite:///" + str(path)) as gb:
+            gb.update_or_create_student(PRIVATE_STUDENT)
+            gb.update_or_create_submission(lesson_id, PRIVATE_STUDENT)
+        for old in [k for k in _PREPARED if k[0] != key[0]]:  # another run's template
+            del _PREPARED[old]
+        _PREPARED[key] = path.read_bytes()
+        path.unlink()
+    return _PREPARED[key]
 
 
 def _test_cell_notes(submitted: Any, lesson: lessons.Lesson) -> list[str]:
@@ -808,6 +972,7 @@ def grade_job(job: Job) -> JobResult:
     finally:
         _abandon_checks()
         shutil.rmtree(root, ignore_errors=True)
+        _private_gradebook().unlink(missing_ok=True)
         _close_box()
         _CONTEXT.clear()
     result.seconds = round(time.perf_counter() - start, 3)
@@ -843,21 +1008,23 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     # what RestoreCells will repair in nbgrader's sanitize step (the same function, on a copy)
     from grader.classroom import cells as cell_repair
 
-    repairs = cell_repair.repair(nbformat.from_dict(submitted), lesson.release)
+    predicted = nbformat.from_dict(submitted)
+    repairs = cell_repair.repair(predicted, lesson.release)
     repaired = {note.split(":", 1)[0] for note in repairs}
     result.notes = [n for n in result.notes if n.split(":", 1)[0] not in repaired] + repairs
 
-    # a private course for this one submission
+    # a private course for this one submission, where the student is called PRIVATE_STUDENT
     course_dir = root / "course"
-    sub_dir = course_dir / "submitted" / job.student / job.lesson
+    sub_dir = course_dir / "submitted" / PRIVATE_STUDENT / job.lesson
     sub_dir.mkdir(parents=True)
     (sub_dir / f"{job.lesson}.ipynb").write_bytes(job.notebook)
     if job.timestamp:
         (sub_dir / "timestamp.txt").write_text(job.timestamp)
-    (course_dir / "gradebook.db").write_bytes(job.template)
-    deny = list(opts.protect) or default_protected()
+    gradebook = _private_gradebook()
+    gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
+    deny = (list(opts.protect) or default_protected()) + [str(gradebook.parent)]
     _new_context(root, lesson, opts, deny, job=True)
-    autograded_dir = course_dir / "autograded" / job.student / job.lesson
+    autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
     _configure_kernels(root, autograded_dir, deny, opts)
 
     t0 = time.perf_counter()
@@ -868,10 +1035,14 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         from nbgrader.apps import NbGraderAPI
 
         course.ensure_tools_on_path()
-        api = NbGraderAPI(config=_course_config(root, job.lesson, opts))
-        outcome = api.autograde(job.lesson, job.student, force=True, create=True)
+        gradebooks.reuse_engines()
+        cfg = _course_config(root, job.lesson, opts, gradebook)
+        _start_early(_as_restored(predicted, lesson), autograded_dir, cfg)
+        api = NbGraderAPI(config=cfg)
+        outcome = api.autograde(job.lesson, PRIVATE_STUDENT, force=True, create=True)
     finally:
         watchdog.cancel()
+        _drop_early_kernel()
         _kill_kernels()
     _CONTEXT["phases"]["nbgrader autograde"] = round(time.perf_counter() - t0, 3)
     final = autograded_dir / f"{job.lesson}.ipynb"

@@ -45,7 +45,21 @@ import threading
 import time
 from typing import Any
 
-PRELOAD = ("torch", "numpy", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "attention_course")
+PRELOAD = (
+    "torch",
+    "numpy",
+    "IPython",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "attention_course",
+    # what every lesson's setup cell imports, and what a kernel loads at its first cell
+    "attention_course.data",
+    "attention_course.checks",
+    "IPython.core.completerlib",
+    "IPython.core.oinspect",
+    "sqlite3",
+    "bdb",
+)
 # a plain fork server beside a sealed one forks only trusted processes (``--trusted-only``): it loads
 # the checks themselves instead of the kernel, since no student code is ever forked from it
 PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course", "grader.harness", "grader.registry")
@@ -89,6 +103,14 @@ def _child_common(req: dict) -> None:
     if req.get("env") is not None:
         os.environ.clear()
         os.environ.update(req["env"])
+        mpl = sys.modules.get("matplotlib")
+        if mpl is not None and os.environ.get("MPLBACKEND"):
+            # matplotlib read MPLBACKEND when this server loaded it: a kernel's is its inline backend
+            # (a figure becomes an output), a sandbox's Agg. pyplot picks it at its first figure.
+            try:
+                mpl.rcParams["backend"] = os.environ["MPLBACKEND"]
+            except Exception:  # noqa: BLE001 - an unknown backend: matplotlib says so at the first figure
+                pass
     threads = int(req.get("threads") or 0)
     if threads and "torch" in sys.modules:
         # several notebooks run side by side: one thread each avoids oversubscribing the cores
@@ -205,7 +227,39 @@ def _operate(req: dict) -> dict:
         return {"ok": True}
     if op == "reset":
         return {"killed": _reset(req.get("keep") or [])}
+    if op == "preload":
+        loaded = _preload(req.get("modules") or [])
+        _freeze()
+        return {"loaded": loaded}
     return {"error": f"unknown request {op!r}"}
+
+
+def _freeze() -> None:
+    """Keep what the server has loaded out of its children's garbage collections (``gc.freeze``).
+
+    A child's first full collection otherwise walks every object of PyTorch, IPython and the
+    rest: about 0.1 s in each kernel, sandbox and trusted process, for objects that live as long
+    as the process anyway. (It also leaves their memory pages shared with the server.)
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def _preload(modules: list[str]) -> list[str]:
+    """Import what a lesson's own cells import (``matplotlib.pyplot``: about 0.2 s in every kernel,
+    sandbox and trusted process of lessons 02-11), once for all the children forked after."""
+    loaded = []
+    for name in modules:
+        if name.split(".")[0] in ("grader", "attention_course", "course_runtime"):
+            continue  # never the grading package here; the student helpers are loaded as they should be
+        try:
+            __import__(name)
+            loaded.append(name)
+        except Exception:  # noqa: BLE001 - a module this machine lacks: the child fails as it would anyway
+            pass
+    return loaded
 
 
 def _reset(keep: list[str]) -> int:
@@ -266,6 +320,23 @@ def _load_kernel_without_debugger() -> None:
         del sys.modules["debugpy"]
 
 
+def _warm_tracebacks() -> None:
+    """Format one error as a kernel does, so that no forked kernel pays for it again.
+
+    A kernel's first traceback loads stack_data and Pygments and compiles Pygments' Python
+    lexer: about 0.1 s in every graded notebook with an error (most of them), paid once here.
+    """
+    try:
+        from IPython.core import ultratb
+
+        try:
+            exec(compile("def _f(x):\n    return x.missing\n_f(None)", "<warm-up>", "exec"), {})
+        except AttributeError:
+            ultratb.AutoFormattedTB(mode="Context", tb_offset=0).structured_traceback(*sys.exc_info())
+    except Exception:  # noqa: BLE001 - another IPython: only the speed is lost
+        pass
+
+
 def serve() -> None:
     """The fork server's main loop: read one JSON request per line, fork, answer with the pid."""
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -282,8 +353,10 @@ def serve() -> None:
             pass
     else:
         _load_kernel_without_debugger()
+        _warm_tracebacks()
     from . import guard  # noqa: F401 - loaded once, before any fork
 
+    _freeze()
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker, which closes us
     stdin = sys.stdin.buffer
@@ -461,6 +534,8 @@ class ForkServer:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._starting = False  # spawned, and its "ready" line not read yet
+        self._unread = 0  # answers to preload requests not read yet
+        self.preloaded: set[str] = set()  # modules asked for since it started
         self.sealed_area = sealed_area
         # forks only trusted processes that talk to a sealed sandbox (and loads the checks to fork them)
         self.trusted_only = trusted_only and sealed_area is None
@@ -499,6 +574,8 @@ class ForkServer:
             start_new_session=True,
         )
         self._starting = True
+        self._unread = 0
+        self.preloaded = set()
 
     def _await_ready(self) -> None:
         assert self._proc is not None and self._proc.stdout
@@ -508,11 +585,33 @@ class ForkServer:
             raise RuntimeError(f"the fork server did not start: {first!r}")
 
     def _ready(self) -> None:
-        """Under the lock: a running, ready fork server (started now if there is none)."""
+        """Under the lock: a running, ready fork server (started now if there is none), with every
+        earlier preload done (its answers read)."""
         if not self.alive():
             self._spawn()
         if self._starting:
             self._await_ready()
+        while self._unread:
+            assert self._proc is not None and self._proc.stdout
+            self._unread -= 1
+            self._proc.stdout.readline()
+
+    def preload(self, modules: list[str]) -> None:
+        """Have the server import these modules (those not asked for before), without waiting: its
+        next fork waits for them. Started if it is not running."""
+        with self._lock:
+            wanted = [m for m in modules if m not in self.preloaded]
+            if not wanted:
+                return
+            self._ready()
+            assert self._proc is not None and self._proc.stdin
+            try:
+                self._proc.stdin.write(json.dumps({"op": "preload", "modules": wanted}).encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:
+                return  # it died: the next use starts another
+            self._unread += 1
+            self.preloaded.update(wanted)
 
     def begin(self) -> None:
         """Start the fork server if it is not running, without waiting for it (its first use waits)."""
@@ -525,10 +624,9 @@ class ForkServer:
         with self._lock:
             if not self.alive():
                 raise RuntimeError("the fork server is not running")
-            if self._starting:
-                self._await_ready()
-            assert self._proc is not None and self._proc.stdin and self._proc.stdout
             try:
+                self._ready()
+                assert self._proc is not None and self._proc.stdin and self._proc.stdout
                 self._proc.stdin.write(json.dumps(message).encode() + b"\n")
                 self._proc.stdin.flush()
                 line = self._proc.stdout.readline()

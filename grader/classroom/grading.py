@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import executors, jobs, lessons
+from grader.classroom import executors, gradebooks, jobs, lessons
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
 from grader.classroom.servers import warm_up
 
@@ -194,6 +194,7 @@ def _write_gradebook(result: JobResult, timestamp: str | None, cfg: Any) -> None
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
     from nbgrader.utils import parse_utc
 
+    gradebooks.reuse_engines()
     warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
     warnings.filterwarnings("ignore", message=".*not in session.*")
     url = gradebook_url()
@@ -241,6 +242,7 @@ def _read_back(lesson: str, student: str, cfg: Any) -> dict | None:
 
     from nbgrader.api import Gradebook
 
+    gradebooks.reuse_engines()
     warnings.filterwarnings("ignore", module="nbgrader")
     with Gradebook(gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
         return submission_in_gradebook(gb, lesson, student)

@@ -199,6 +199,10 @@ class GuardedKernelManager(AsyncKernelManager):
 
     finish_shutdown = _async_finish_shutdown
 
+    async def _async_wait(self, pollinterval: float = 0.1) -> None:
+        # the same for a killed kernel (``Execute.shutdown_kernel = "immediate"``)
+        await super()._async_wait(min(pollinterval, 0.01))
+
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
         args = _ipykernel_args(kernel_cmd)
         settings = SETTINGS

@@ -75,6 +75,8 @@ class Lesson:
     digest: str
     checks: dict[str, str] = field(default_factory=dict)  # test grade id -> exercise it checks
     release: list[ReleaseCell] = field(default_factory=list)  # every cell with an nbgrader role, in order
+    kernel: str = "python3"  # the kernel it asks for (its kernelspec's name)
+    imports: tuple[str, ...] = ()  # the modules its code cells import at their top level
 
     @property
     def tests(self) -> list[Cell]:
@@ -121,12 +123,27 @@ def _top_level_names(source: str) -> list[str]:
     return names
 
 
+def _imports(source: str) -> list[str]:
+    """The modules a cell imports at its top level (``import a.b``, ``from a.b import c``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax: the lesson's plain cells say enough
+        return []
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module)
+    return found
+
+
 def _read(path: Path) -> Lesson:
     import nbformat  # here: a grading run's coordinator starts its workers before it reads a lesson
 
     raw = path.read_bytes()
     nb = nbformat.reads(raw.decode(), as_version=4)
-    cells, names, checks, release = [], [], {}, []
+    cells, names, checks, release, imports = [], [], {}, [], []
     for i, c in enumerate(nb.cells):
         meta = c.metadata.get("nbgrader", {})
         if meta.get("grade_id") and (meta.get("grade") or meta.get("solution") or meta.get("locked")):
@@ -144,6 +161,7 @@ def _read(path: Path) -> Lesson:
             )
         if c.cell_type != "code":
             continue
+        imports += [m for m in _imports(HIDDEN_BLOCK.sub("", c.source)) if m not in imports]
         if meta.get("solution"):
             kind = "solution"
             names += [n for n in _top_level_names(c.source) if n not in names]
@@ -163,7 +181,10 @@ def _read(path: Path) -> Lesson:
             m = CHECK_CALL.search(c.source)
             if m:
                 checks[cell.grade_id] = m.group(2)
-    lesson = Lesson(path.parent.name, path, cells, names, _digest_of(raw), checks, release)
+    kernel = (nb.metadata.get("kernelspec") or {}).get("name") or "python3"
+    lesson = Lesson(
+        path.parent.name, path, cells, names, _digest_of(raw), checks, release, kernel, tuple(imports)
+    )
     return lesson
 
 

@@ -102,3 +102,6 @@ def warm_up() -> None:
             server.ensure()
         except (RuntimeError, OSError):
             pass
+    import gc
+
+    gc.freeze()  # nbgrader's modules stay for the worker's life: its garbage collections skip them
