@@ -24,6 +24,12 @@ three extra preprocessors:
     stdout note. A pass in the kernel that the trusted side failed outside
     the hidden block is flagged.
 
+A job takes a head start (``_start_early``): before nbgrader prepares the notebook (its
+gradebook rows, restoring cells) it starts the independent checks on the cells as restoring will
+leave them, and the kernel, which runs nothing until nbgrader gives it the cells.
+``IndependentChecks`` compares the cells nbgrader then runs with those the checks were given,
+and starts them again on the real ones if they differ: a verdict is always about what ran.
+
 The same three preprocessors are in the course's ``nbgrader_config.py``, so
 plain ``nbgrader autograde`` (and the formgrader) grade the same way: without
 a job, ``IndependentChecks`` builds the notebook's context from nbgrader's

@@ -228,8 +228,9 @@ def _operate(req: dict) -> dict:
     if op == "reset":
         return {"killed": _reset(req.get("keep") or [])}
     if op == "preload":
-        loaded = _preload(req.get("modules") or [])
-        _freeze()
+        loaded = _preload([m for m in req.get("modules") or [] if m not in sys.modules])
+        if loaded:
+            _freeze()
         return {"loaded": loaded}
     return {"error": f"unknown request {op!r}"}
 

@@ -199,6 +199,19 @@ class GuardedKernelManager(AsyncKernelManager):
 
     finish_shutdown = _async_finish_shutdown
 
+    async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        if now and not restart and self.owns_kernel and self.has_kernel and self.provisioner is not None:
+            # stopped at once (a grading run's kernel, whose outputs have all come): killed, not
+            # interrupted first and watched until it is gone; the job then kills what is left of it
+            self.shutting_down = True
+            self.stop_restarter()
+            await self.provisioner.kill()
+            await self._async_cleanup_resources()
+            return
+        await super()._async_shutdown_kernel(now=now, restart=restart)
+
+    shutdown_kernel = _async_shutdown_kernel
+
     async def _async_wait(self, pollinterval: float = 0.1) -> None:
         # the same for a killed kernel (``Execute.shutdown_kernel = "immediate"``)
         await super()._async_wait(min(pollinterval, 0.01))
