@@ -82,6 +82,52 @@ PAGE_STATE = """() => {
 }"""
 
 
+# An IPython start-up file for the test server's kernels: on SIGUSR1 a kernel writes where each of
+# its threads is (faulthandler) to a file of its own, so that a test can say where a cell is stuck.
+DUMP_ON_SIGNAL = """import faulthandler as _fh, os as _os, signal as _signal
+_fh.register(_signal.SIGUSR1, file=open(_os.path.join({folder!r}, f"kernel-{{_os.getpid()}}.txt"), "w"), all_threads=True)
+del _fh, _os, _signal
+"""
+
+
+def prepare_kernel_dumps(ipython_dir: Path, folder: Path) -> None:
+    """Make the kernels of a server with this IPYTHONDIR dump their threads to ``folder`` on SIGUSR1."""
+    startup = ipython_dir / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    (startup / "00-dump-threads-on-sigusr1.py").write_text(DUMP_ON_SIGNAL.format(folder=str(folder)))
+
+
+def kernel_dumps(folder: Path, marker: str) -> str:
+    """Where every running kernel whose command line holds ``marker`` is stuck: each is sent SIGUSR1
+    and its dump read back (faulthandler writes from its signal handler: a kernel stuck in C code
+    answers too)."""
+    import os
+    import signal
+    import time
+
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "ipykernel_launcher" in cmd and marker in cmd:
+            pids.append(int(entry.name))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            pass
+    time.sleep(1.0)
+    parts = []
+    for pid in pids:
+        dump = folder / f"kernel-{pid}.txt"
+        text = dump.read_text(errors="replace") if dump.exists() else "(no dump)"
+        parts.append(f"kernel {pid}:\n{text[-6000:]}")
+    return "\n".join(parts) or "(no kernel running)"
+
+
 def describe_page(page, log: Path | None = None) -> str:
     """What a failed browser test saw: the status bar, each code cell's prompt (``[*]``: still
     running, ``[ ]``: never run) and any error it shows, the explorers rendered, the end of the

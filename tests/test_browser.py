@@ -27,7 +27,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser_support import describe_page, module_chromium, why_no_browser
+from tests.browser_support import (
+    describe_page,
+    kernel_dumps,
+    module_chromium,
+    prepare_kernel_dumps,
+    why_no_browser,
+)
 from tests.nbtools import ROOT, filled, solution_sources
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -109,6 +115,7 @@ def lab(tmp_path_factory):
         IPYTHONDIR=str(home / "ipython"),  # its kernels' own input history, not the one all tests share
     )
     env.pop("NBGRADER_EXECUTION", None)
+    prepare_kernel_dumps(home / "ipython", home / "dumps")
     log = open(home / "lab.log", "w")
     proc = subprocess.Popen(
         [
@@ -142,7 +149,14 @@ def lab(tmp_path_factory):
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("JupyterLab did not start:\n" + (home / "lab.log").read_text()[-3000:])
             time.sleep(0.5)
-        yield {"base": base, "token": token, "root": root, "log": home / "lab.log"}
+        yield {
+            "base": base,
+            "token": token,
+            "root": root,
+            "log": home / "lab.log",
+            "dumps": home / "dumps",
+            "runtime": str(home / "runtime"),
+        }
     finally:
         proc.terminate()
         try:
@@ -224,9 +238,22 @@ def _shut_down_kernels(lab) -> None:
         urllib.request.urlopen(urllib.request.Request(url, headers=headers, method="DELETE")).close()
 
 
+STARTED = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputArea-prompt')]
+    .some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))"""
+
+
 def _run_all(page) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    """Run > Run All Cells, from the menu as a student does; once more if no cell has started 30 s
+    later (a menu click that the page, still settling, did not take; no cell is run twice)."""
+    for attempt in range(2):
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        try:
+            page.wait_for_function(STARTED, timeout=30_000)
+            return
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: no cell queued or run
+            if attempt:
+                raise
 
 
 # ---------------------------------------------------------- per-explorer checks
@@ -509,6 +536,7 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
     except Exception as error:
         page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
         error.add_note(describe_page(page, lab.get("log")))
+        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
         raise
     finally:
         page.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser_support import describe_page
+from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401 - lab and browser are fixtures
     ARTIFACTS,
     TIMEOUT_MS,
@@ -81,6 +81,7 @@ def test_run_all_with_nothing_implemented_shows_every_explorer(lab, browser, not
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"runall-untouched-{lesson}-failure.png"), full_page=True)
         error.add_note(describe_page(page, lab.get("log")))
+        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
         raise
     finally:
         page.close()

@@ -14,7 +14,7 @@ import re
 import nbformat
 import pytest
 
-from tests.browser_support import describe_page
+from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401  (lab, browser: fixtures)
     ARTIFACTS,
     TIMEOUT_MS,
@@ -214,6 +214,7 @@ def test_stage_explorers_render_and_respond_in_jupyterlab(lab, browser):  # noqa
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
         error.add_note(describe_page(page, lab.get("log")))
+        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
         raise
     finally:
         page.close()

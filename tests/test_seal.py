@@ -658,3 +658,65 @@ def test_a_lessons_imports_are_loaded_once_and_its_figures_still_show(gradebook)
     figures = [c for c in graded.cells if c.cell_type == "code" and "plt.show()" in c.source]
     images = [[o for o in c.outputs if "image/png" in o.get("data", {})] for c in figures]
     assert figures and all(images), [(c.source[:40], [o.output_type for o in c.outputs]) for c in figures]
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "not sealed"])
+def test_grading_never_signals_a_process_by_a_bare_id(gradebook, sealed, monkeypatch):
+    """Linux gives a dead process's id to the next process (after 32,768 ids on many machines): a
+    signal sent by id to a kernel that has ended could kill any program of the instructor. A job
+    signals its kernels and checks only through pidfds or their fork server, also when the kernel
+    ends on its own."""
+    if sealed and not SEALED:
+        pytest.skip(f"no seal here: {WHY}")
+    if not sealed:
+        monkeypatch.setenv(seal.OFF_VARIABLE, "1")
+    _, template = gradebook
+    sent: list[tuple[str, int, int]] = []
+    for name in ("kill", "killpg"):
+        real = getattr(os, name)
+        monkeypatch.setattr(
+            os, name, lambda pid, sig, _n=name, _r=real: (sent.append((_n, pid, sig)), _r(pid, sig))[1]
+        )
+    _grade_nb(template, "whole_wes", _answered())
+    ends = _answered()
+    ends.cells.insert(3, nbformat.v4.new_code_cell("import os\nos._exit(3)"))  # the kernel ends itself
+    result = _grade_nb(template, "exits_eli", ends)
+    assert result.status == "kernel died", result.status
+    assert sent == [], sent
+
+
+def test_what_an_unsealed_kernel_started_ends_with_it(tmp_path):
+    """Without the seal, what a kernel starts in its own process group is killed when the kernel
+    ends, by the fork server that reaps it (while the group's id is still the kernel's own)."""
+    server = ForkServer(kernels.kernel_env(None))
+    saved = kernels.SETTINGS
+    kernels.SETTINGS = kernels.KernelSettings(sealed=False, guard={}, fork_server=server)
+    marker = f"{700 + int(time.time() * 1000) % 1000}.{os.getpid() % 1000}"
+    start = (
+        "import subprocess, time\n"
+        f"p = subprocess.Popen(['sleep', '{marker}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "time.sleep(0.2)\n"
+        "print('running' if p.poll() is None else 'not running')"
+    )
+    try:
+        from nbclient import NotebookClient
+
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(start)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        NotebookClient(
+            nb,
+            timeout=60,
+            kernel_manager_class=kernels.GuardedKernelManager,
+            resources={"metadata": {"path": str(tmp_path)}},
+        ).execute()
+        assert "'running" in str(nb.cells[0].outputs), nb.cells[0].outputs
+        assert kernels.SETTINGS.handles, "the kernel was not forked from the fork server"
+        deadline = time.monotonic() + 5
+        while _alive(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(marker), "a process the kernel started outlived it"
+    finally:
+        kernels.SETTINGS = saved
+        server.close()
+        for pid in _alive(marker):
+            os.kill(pid, 9)

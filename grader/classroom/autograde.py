@@ -277,7 +277,6 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
     kernels.SETTINGS.area = str(box / "ipc") if sealed else None
     kernels.SETTINGS.memory = opts.memory
     kernels.SETTINGS.guard = kernel_policy
-    kernels.SETTINGS.pids = []
     kernels.SETTINGS.handles = []
     kernels.SETTINGS.log = str(box / "kernel.log")
     kernels.SETTINGS.threads = opts.threads

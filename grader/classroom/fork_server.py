@@ -69,15 +69,30 @@ PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course", "grader.harn
 
 
 def _reap(*_: Any) -> None:
+    """Reap the children that ended, each after killing what is left of its process group.
+
+    The group is killed while the ended child is still a zombie, whose process id (the group's id)
+    no other process can have been given: once reaped, that number may be reused by any process
+    of the machine, so no one signals a group of ours by number afterwards.
+    """
     while True:
         try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if info is None or not info.si_pid:
             return
+        pid = info.si_pid
+        try:
+            os.killpg(pid, signal.SIGKILL)  # whatever the child started in its group (it leads one)
+        except OSError:
+            pass
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            continue
         _children.discard(pid)
-        _exited[pid] = os.waitstatus_to_exitcode(_status)
+        _exited[pid] = os.waitstatus_to_exitcode(status)
 
 
 _children: set[int] = set()
@@ -467,11 +482,9 @@ class ForkedProcess:
                 pass
 
     def kill(self) -> None:
+        """SIGKILL through the pidfd (never by the bare id, which may belong to another process by
+        now); its fork server then kills the rest of its process group when it reaps it."""
         self.send_signal(signal.SIGKILL)
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

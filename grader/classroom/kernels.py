@@ -47,8 +47,8 @@ class KernelSettings:
     memory: int | None = None
     guard: dict = field(default_factory=dict)
     log: str | None = None
-    pids: list[int] = field(default_factory=list)  # kernels started for the current job (process groups)
-    handles: list[Any] = field(default_factory=list)  # sealed kernels of the current job (pids of the seal)
+    # the current job's kernels: each knows how to kill itself (and what it started)
+    handles: list[Any] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # extra environment (private TMPDIR, IPYTHONDIR)
     threads: int = 1  # torch threads per kernel (several kernels share the machine)
     sealed: bool | None = None  # None: seal whenever seal.available() says it can
@@ -67,17 +67,30 @@ def sealing() -> bool:
 
 
 def kill_all() -> None:
-    """Kill every kernel started for the current job (and whatever they started)."""
-    for pid in list(SETTINGS.pids):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    """Kill every kernel started for the current job (and whatever they started).
+
+    Never by a bare process id that may have been given to another process since (Linux reuses
+    them, after 32,768 on many machines): a forked kernel is killed through its pidfd (its fork
+    server then ends its process group), a sealed one through its fork server, and a kernel this
+    process started itself only while it has not been reaped (its id still its own).
+    """
     for handle in list(SETTINGS.handles):
         handle.kill()
+
+
+class _OwnKernel:
+    """A kernel process started here (``subprocess.Popen``): killed, with its process group, only while
+    it is ours to reap (a process not waited for keeps its id)."""
+
+    def __init__(self, process: Any):
+        self.process = process
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                self.process.kill()
 
 
 def _ipykernel_args(cmd: list[str]) -> list[str] | None:
@@ -240,12 +253,10 @@ class GuardedKernelManager(AsyncKernelManager):
             prov.process = process
             prov.pid = process.pid
             prov.cwd = kw.get("cwd")
-            if self.sealed:  # its pid is the seal's: signals go through the fork server
-                prov.pgid = None
-                settings.handles.append(process)
-            else:
-                prov.pgid = process.pid
-                settings.pids.append(process.pid)
+            # signals go to the process itself (its pidfd, or in the seal through the fork server), never to
+            # a group by number: the fork server ends the kernel's process group when the kernel ends
+            prov.pgid = None
+            settings.handles.append(process)
             self._reconcile_connection_info(prov.connection_info)
             return
         if settings.threads:
@@ -267,5 +278,5 @@ class GuardedKernelManager(AsyncKernelManager):
         kw["env"] = env
         await super()._async_launch_kernel(kernel_cmd, **kw)
         prov = self.provisioner
-        if prov is not None and prov.pid:
-            settings.pids.append(prov.pid)
+        if prov is not None and getattr(prov, "process", None) is not None:
+            settings.handles.append(_OwnKernel(prov.process))
