@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -720,3 +721,47 @@ def test_what_an_unsealed_kernel_started_ends_with_it(tmp_path):
         server.close()
         for pid in _alive(marker):
             os.kill(pid, 9)
+
+
+def test_a_grading_kernel_shows_ipythons_traceback_and_keeps_a_plain_one(tmp_path):
+    """A forked grading kernel shows an error exactly as a kernel that JupyterLab starts does (the
+    output a student and the feedback see); only its session history keeps Python's plain
+    traceback, formatted in a millisecond instead of a second IPython formatting."""
+    from nbclient import NotebookClient
+
+    cells = [
+        "def project(X):\n    raise NotImplementedError('write project')\n\nproject([1, 2])",
+        "from IPython import get_ipython\n"
+        "kept = get_ipython().history_manager.exceptions\n"
+        "print(sorted(kept), kept[1]['ename'], kept[1]['traceback'][0].strip())",
+    ]
+
+    def run(manager_class=None) -> nbformat.NotebookNode:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in cells])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        kwargs = {"kernel_manager_class": manager_class} if manager_class else {}
+        NotebookClient(
+            nb, timeout=60, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}, **kwargs
+        ).execute()
+        return nb
+
+    server = ForkServer(kernels.kernel_env(None))
+    saved = kernels.SETTINGS
+    kernels.SETTINGS = kernels.KernelSettings(sealed=False, guard={}, fork_server=server)
+    try:
+        graded = run(kernels.GuardedKernelManager)
+        assert kernels.SETTINGS.handles, "the kernel was not forked from the fork server"
+    finally:
+        kernels.SETTINGS = saved
+        server.close()
+    plain = run()
+    shown, expected = graded.cells[0].outputs[0], plain.cells[0].outputs[0]
+    assert shown.output_type == expected.output_type == "error", (shown, expected)
+    assert shown.traceback == expected.traceback, (shown.traceback, expected.traceback)
+    assert any("write project" in line for line in shown.traceback), shown.traceback
+    bare = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in shown.traceback]  # without its colours
+    assert any("Cell In[1], line 4" in line for line in bare), bare  # IPython's own format
+    printed = "".join(o.get("text", "") for o in graded.cells[1].outputs)
+    assert printed.strip() == "[1] NotImplementedError Traceback (most recent call last):", graded.cells[
+        1
+    ].outputs
