@@ -494,24 +494,114 @@ def test_a_kernel_runs_no_student_code_while_the_sandbox_lives(gradebook):
 
 
 @needs_seal
-def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_code(tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["a worker's own", "shared by the workers"])
+def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_code(tmp_path, shared):
     """Where the seal works, the fork server outside it has the checks loaded, so it refuses to fork
-    a kernel, a sandbox, or a trusted process with an unsealed sandbox of its own."""
+    a kernel, a sandbox, or a trusted process with an unsealed sandbox of its own: the one a worker
+    starts, and the one a grading run shares among its workers, on each worker's connection."""
     from grader.classroom import servers
 
     assert servers.plain().trusted_only  # what a grading worker gets
-    server = ForkServer(servers.kernel_env(None), trusted_only=True)
+    run = servers.SharedTrusted() if shared else None
+    clients = [
+        ForkServer(servers.kernel_env(None), trusted_only=True, address=run.address if run else None)
+        for _ in range(2 if shared else 1)
+    ]
     try:
-        for role, request in (
-            ("kernel", {"argv": ["-f", str(tmp_path / "kernel.json")], "guard": {}}),
-            ("sandbox", {"pipes": {"to_sandbox": "x", "from_sandbox": "y"}, "sandbox": {}}),
-            ("trusted", {"job": str(tmp_path / "job.json"), "sandbox": {}, "pipes": None}),
-        ):
-            with pytest.raises(RuntimeError, match="only sealed trusted processes"):
-                server.fork(role, cwd=str(tmp_path), **request)
-        assert server.alive()
+        for server in clients:
+            for role, request in (
+                ("kernel", {"argv": ["-f", str(tmp_path / "kernel.json")], "guard": {}}),
+                ("sandbox", {"pipes": {"to_sandbox": "x", "from_sandbox": "y"}, "sandbox": {}}),
+                ("trusted", {"job": str(tmp_path / "job.json"), "sandbox": {}, "pipes": None}),
+            ):
+                with pytest.raises(RuntimeError, match="only sealed trusted processes"):
+                    server.fork(role, cwd=str(tmp_path), **request)
+            assert server.alive()
+            assert server.address == (run.address if run else None), "it started a server of its own"
     finally:
-        server.close()
+        for server in clients:
+            server.close()
+        if run is not None:
+            run.close()
+    if run is not None:
+        assert not os.path.exists(run.folder), "the shared server's socket folder was left behind"
+        assert servers.SHARED_TRUSTED not in os.environ
+
+
+def _top_trusted_servers() -> set[int]:
+    """The trusted-only fork servers running now (not the trusted processes they forked)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"--trusted-only" in cmd and b"grader.classroom.fork_server" in cmd:
+            found[int(entry.name)] = parent
+    return {pid for pid, parent in found.items() if parent not in found}
+
+
+@needs_seal
+def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp_path, monkeypatch):
+    """Two local workers fork their trusted processes from one fork server that the run starts
+    (one PyTorch and checks import fewer), the grades are those of each notebook graded alone, and
+    the server is gone when the run ends."""
+    import threading
+
+    from grader.classroom import grading
+    from grader.classroom.jobs import Options
+
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
+    right, untouched = _answered(), nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", 4)
+    for i, nb in enumerate([right, untouched, right, untouched]):
+        dest = tmp_path / "submitted" / f"s{i}" / LESSON / f"{LESSON}.ipynb"
+        dest.parent.mkdir(parents=True)
+        nbformat.write(nb, dest)
+    before = _top_trusted_servers()
+    seen: list[set[int]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(_top_trusted_servers() - before)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        summary = grading.grade([LESSON], options=Options(timeout=30), workers=2, progress=False)
+    finally:
+        done.set()
+        watcher.join()
+    assert summary.workers == 2 and summary.graded == 4 and not summary.failed, summary
+    records = {r["student"]: r for r in grading.load_records([LESSON])}
+    assert [records[f"s{i}"]["score"] for i in range(4)] == [7.0, 0.0, 7.0, 0.0], records
+    assert all(not r.get("flags") for r in records.values()), records
+    assert max(len(s) for s in seen) == 1, f"trusted-only fork servers at once: {max(len(s) for s in seen)}"
+    assert not (_top_trusted_servers() - before), "the shared fork server outlived the run"
+
+
+@needs_seal
+def test_a_worker_whose_shared_server_is_gone_starts_its_own(gradebook, tmp_path, monkeypatch):
+    """A worker that cannot reach the run's shared trusted-only server (it died, or was never
+    started) starts one of its own, and grades as before."""
+    from grader.classroom import servers
+
+    monkeypatch.setenv(servers.SHARED_TRUSTED, str(tmp_path / "nobody-listens-here"))
+    saved = servers.PLAIN
+    servers.PLAIN = None
+    try:
+        _, template = gradebook
+        result = _grade_nb(template, "alone_al", _answered())
+        assert result.score == result.max_score == 7, [(c.grade_id, c.score, c.message) for c in result.cells]
+        assert servers.PLAIN.address is None and servers.PLAIN.alive()
+    finally:
+        if servers.PLAIN is not None:
+            servers.PLAIN.close()
+        servers.PLAIN = saved
 
 
 def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):

@@ -396,6 +396,21 @@ def serve() -> None:
     _freeze()
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker, which closes us
+    listen = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--listen-fd=")), None)
+    if listen is not None and trusted_only:
+        _serve_many(listen)
+    else:
+        _serve_one(trusted_only)
+    for pid in list(_children):
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _serve_one(trusted_only: bool) -> None:
+    """Answer the one worker that started this server, on stdin and stdout, until stdin ends."""
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     stdout.write(b'{"ready": true}\n')
@@ -406,53 +421,87 @@ def serve() -> None:
         except InterruptedError:
             continue
         if not line:
-            break
-        req = json.loads(line)
-        if "op" in req:
-            stdout.write(json.dumps(_operate(req)).encode() + b"\n")
-            stdout.flush()
-            continue
-        role = ROLES.get(req.get("role"))
-        why = f"unknown role {req.get('role')!r}" if role is None else None
-        if trusted_only and not (role is _run_trusted and req.get("pipes")):
-            why = "this fork server forks only sealed trusted processes"
-        if why:
-            stdout.write(json.dumps({"error": why}).encode() + b"\n")
-            stdout.flush()
-            continue
-        # no reaping between fork() and noting the child: its exit code must not be lost or stale
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-                _child_common(req)
-                role(req)
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-            except BaseException:  # noqa: BLE001 - report, then leave without running the server's cleanup
-                import traceback
-
-                traceback.print_exc()
-                code = 1
-            finally:
-                os._exit(code)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
-        _exited.pop(pid, None)  # a pid of this namespace used before
-        _children.add(pid)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-        stdout.write(json.dumps({"pid": pid}).encode() + b"\n")
+            return
+        stdout.write(json.dumps(_answer(json.loads(line), trusted_only)).encode() + b"\n")
         stdout.flush()
-    for pid in list(_children):
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+
+
+def _serve_many(listen_fd: int) -> None:
+    """Answer every worker that connects to the listening socket ``listen_fd`` (each on its own
+    connection, in the order it asked), until stdin (from the grading run that started this
+    server) ends. Only a trusted-only server is shared: it forks no student code, and the socket
+    lives in a folder only the instructor can open, outside the seal."""
+    import socket
+
+    listener = socket.socket(fileno=listen_fd)
+    stdin = sys.stdin.fileno()
+    pending: dict[socket.socket, bytes] = {}
+    try:
+        while True:
+            ready, _, _ = select.select([stdin, listener, *pending], [], [])
+            if stdin in ready and not os.read(stdin, 4096):
+                return
+            if listener in ready:
+                conn, _ = listener.accept()
+                conn.sendall(b'{"ready": true}\n')
+                pending[conn] = b""
+            for conn in [c for c in ready if c in pending]:
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:  # that worker is done (or gone): its children end with their jobs
+                    conn.close()
+                    del pending[conn]
+                    continue
+                buffer = pending[conn] + data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    try:
+                        conn.sendall(json.dumps(_answer(json.loads(line), True)).encode() + b"\n")
+                    except OSError:
+                        break
+                pending[conn] = buffer
+    finally:
+        listener.close()
+
+
+def _answer(req: dict, trusted_only: bool) -> dict:
+    """One request's answer: an operation's result, or the pid of the child forked for it."""
+    if "op" in req:
+        return _operate(req)
+    role = ROLES.get(req.get("role"))
+    why = f"unknown role {req.get('role')!r}" if role is None else None
+    if trusted_only and not (role is _run_trusted and req.get("pipes")):
+        why = "this fork server forks only sealed trusted processes"
+    if why:
+        return {"error": why}
+    # no reaping between fork() and noting the child: its exit code must not be lost or stale
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            _child_common(req)
+            role(req)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:  # noqa: BLE001 - report, then leave without running the server's cleanup
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
+    _exited.pop(pid, None)  # a pid of this namespace used before
+    _children.add(pid)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    return {"pid": pid}
 
 
 # ---------------------------------------------------------------- the client
@@ -555,17 +604,70 @@ class SealedProcess:
         self.send_signal(signal.SIGTERM)
 
 
+class _Connection:
+    """A Popen look-alike for a shared fork server reached through its Unix socket: ``stdin`` and
+    ``stdout`` are the two directions of the connection; it has ended when the server closed it."""
+
+    def __init__(self, address: str):
+        import socket
+
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.connect(address)
+        except OSError:
+            self._sock.close()
+            raise
+        self.stdin = self._sock.makefile("wb")
+        self.stdout = self._sock.makefile("rb")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            import socket
+
+            try:
+                readable, _, _ = select.select([self._sock], [], [], 0)
+                if readable and not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    self.returncode = -1  # the server closed the connection: it is gone
+            except BlockingIOError:
+                pass
+            except OSError:
+                self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.kill()
+        return -1
+
+    def kill(self) -> None:
+        for part in (self.stdin, self.stdout, self._sock):
+            try:
+                part.close()
+            except OSError:
+                pass
+        self.returncode = -1
+
+
 class ForkServer:
     """The worker's handle on its fork server (started on first use, restarted if it died).
 
     ``sealed_area``: start it inside bubblewrap (grader.classroom.seal), with this
     folder (the worker's per-job folders) as the only writable one.
+
+    ``address``: a trusted-only server shared by the workers of a grading run
+    (``grader.classroom.servers.share_trusted``), reached through this Unix socket; if it cannot be
+    reached, the worker starts its own as before.
     """
 
     def __init__(
-        self, env: dict[str, str] | None = None, sealed_area: str | None = None, trusted_only: bool = False
+        self,
+        env: dict[str, str] | None = None,
+        sealed_area: str | None = None,
+        trusted_only: bool = False,
+        address: str | None = None,
     ):
         self._env = env
+        self.address = address if trusted_only and sealed_area is None else None
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._starting = False  # spawned, and its "ready" line not read yet
@@ -586,6 +688,15 @@ class ForkServer:
         server runs under ``bwrap --die-with-parent``, which kills it when the *thread* that
         started it ends.
         """
+        if self.address is not None:
+            try:
+                self._proc = _Connection(self.address)  # type: ignore[assignment]
+                self._starting = True
+                self._unread = 0
+                self.preloaded = set()
+                return
+            except OSError:
+                self.address = None  # the shared server is gone: this worker starts its own
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
         cmd = [sys.executable, "-m", "grader.classroom.fork_server"] + (
@@ -615,8 +726,16 @@ class ForkServer:
     def _await_ready(self) -> None:
         assert self._proc is not None and self._proc.stdout
         self._starting = False
-        first = self._proc.stdout.readline()
+        try:
+            first = self._proc.stdout.readline()
+        except OSError:
+            first = b""
         if not first.startswith(b'{"ready"'):
+            if isinstance(self._proc, _Connection):  # the shared server went away: start our own
+                self._proc.kill()
+                self.address = None
+                self._spawn()
+                return self._await_ready()
             raise RuntimeError(f"the fork server did not start: {first!r}")
 
     def _ready(self) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from grader import course
 from grader.classroom import executors, gradebooks, jobs, lessons
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
-from grader.classroom.servers import warm_up
+from grader.classroom.servers import share_trusted, warm_up
 
 
 def classroom_dir() -> Path:
@@ -421,6 +421,8 @@ def grade(
     ex = executors.make(executor, workers, address, initializer=warm_up)
     summary.workers = ex.workers
     bar = None
+    # the local workers share one trusted-only fork server (started before them: they inherit its address)
+    shared = share_trusted(ex.workers) if executor == "local" else None
     try:
         ex.start(len(todo))  # the workers start their fork servers while the gradebook and config are read
         ensure_gradebook(lesson_ids)
@@ -451,6 +453,8 @@ def grade(
         summary.interrupted = True
     finally:
         ex.close()
+        if shared is not None:
+            shared.close()
         if bar:
             bar.close()
         summary.seconds = time.perf_counter() - start

@@ -3,7 +3,9 @@
 - ``plain()``: forks the trusted processes (and, without bubblewrap, kernels and sandboxes);
 - ``sealed()``: started inside the seal (``grader.classroom.seal``), forks kernels and sandboxes.
 
-Both are started once per worker process and kept for every job it grades. This module
+Both are started once per worker process and kept for every job it grades; where the seal
+works, the local workers of one run share a single trusted-only ``plain`` server instead
+(``SharedTrusted``, started by the run, reached on a Unix socket). This module
 imports nothing heavy, so that a new worker starts them before it imports nbgrader: the
 servers load PyTorch while the worker loads the rest.
 """
@@ -19,8 +21,10 @@ from pathlib import Path
 from grader.classroom import seal
 from grader.classroom.fork_server import ForkServer
 
-# variables a student kernel must not see (they lead to the real gradebook)
-SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID")
+# the Unix socket of the trusted-only fork server that a grading run shares among its workers
+SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"
+# variables a student kernel must not see (they lead to the real gradebook, or the grading run)
+SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID", SHARED_TRUSTED)
 
 PLAIN: ForkServer | None = None
 SEALED: ForkServer | None = None
@@ -48,9 +52,81 @@ def plain() -> ForkServer:
     if PLAIN is None:
         env = dict(os.environ)
         env.pop("ATTENTION_COURSE_WORK", None)
-        PLAIN = ForkServer(env, trusted_only=trusted_only)
+        address = env.pop(SHARED_TRUSTED, None)
+        PLAIN = ForkServer(env, trusted_only=trusted_only, address=address)
         atexit.register(PLAIN.close)
     return PLAIN
+
+
+class SharedTrusted:
+    """One trusted-only fork server for all the workers of a grading run on this machine (each
+    connects to it instead of starting its own: one PyTorch and checks import fewer per worker).
+
+    Only where the seal works: that server forks nothing but trusted processes, which run no
+    student code, and its socket is in a folder of this user's that the seal does not show.
+    Workers find it by ``SHARED_TRUSTED`` in their environment; ``close`` stops it.
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import subprocess
+        import sys
+
+        self.folder = tempfile.mkdtemp(prefix="classroom-trusted-", dir=seal.short_tmp())
+        self.address = os.path.join(self.folder, "socket")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.address)
+            listener.listen(64)
+            env = dict(os.environ)
+            for name in ("ATTENTION_COURSE_WORK", SHARED_TRUSTED):
+                env.pop(name, None)
+            env.setdefault("MPLBACKEND", "Agg")
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "grader.classroom.fork_server",
+                    "--trusted-only",
+                    f"--listen-fd={listener.fileno()}",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                pass_fds=(listener.fileno(),),
+                start_new_session=True,
+            )
+        except OSError:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        finally:
+            listener.close()  # the server holds it now: connections queue until it serves them
+        self._saved = os.environ.get(SHARED_TRUSTED)
+        os.environ[SHARED_TRUSTED] = self.address
+
+    def close(self) -> None:
+        if self._saved is None:
+            os.environ.pop(SHARED_TRUSTED, None)
+        else:
+            os.environ[SHARED_TRUSTED] = self._saved
+        try:
+            self._proc.stdin.close()  # the server ends, and kills what it forked
+            self._proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - it did not end in time
+            self._proc.kill()
+            self._proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def share_trusted(workers: int) -> SharedTrusted | None:
+    """The shared trusted-only fork server for a run of ``workers`` local workers, where sharing
+    one saves anything (two workers or more) and the seal works; None otherwise."""
+    if workers < 2 or not seal.available()[0]:
+        return None
+    try:
+        return SharedTrusted()
+    except OSError:
+        return None  # each worker starts its own, as with one worker
 
 
 def sealed_area() -> str:
