@@ -833,7 +833,13 @@ def test_fixture_notebook_runs_cleanly_with_widgets_and_fallbacks():
         kinds = [sorted(o.data) for o in outs if o.output_type in ("display_data", "execute_result")]
         if kinds:
             per_cell.append(kinds)
-    assert len(per_cell) == 4, per_cell
+    # on failure: every code cell, with what it showed (a missing display is then seen in its place)
+    shown = [
+        (c.source.splitlines()[0][:60] if c.source else "", [o.output_type for o in c.get("outputs", [])])
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
+    assert len(per_cell) == 4, (per_cell, shown)
     widget = ["application/vnd.jupyter.widget-view+json", "text/plain"]
     label = html = ["text/html", "text/plain"]
     picture = ["image/png", "text/plain"]
