@@ -530,18 +530,15 @@ def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_c
 
 def _top_trusted_servers() -> set[int]:
     """The trusted-only fork servers running now (not the trusted processes they forked)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    found = set(_alive("--trusted-only"))
+
+    def parent(pid: int) -> int | None:
         try:
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
-            continue
-        if b"--trusted-only" in cmd and b"grader.classroom.fork_server" in cmd:
-            found[int(entry.name)] = parent
-    return {pid for pid, parent in found.items() if parent not in found}
+            return None
+
+    return {pid for pid in found if parent(pid) not in found}
 
 
 @needs_seal

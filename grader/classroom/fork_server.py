@@ -604,6 +604,13 @@ class SealedProcess:
         self.send_signal(signal.SIGTERM)
 
 
+def plain_command(trusted_only: bool) -> list[str]:
+    """The command of a fork server outside the seal (``--trusted-only``: forks trusted processes only)."""
+    return [sys.executable, "-m", "grader.classroom.fork_server"] + (
+        ["--trusted-only"] if trusted_only else []
+    )
+
+
 class _Connection:
     """A Popen look-alike for a shared fork server reached through its Unix socket: ``stdin`` and
     ``stdout`` are the two directions of the connection; it has ended when the server closed it."""
@@ -688,20 +695,24 @@ class ForkServer:
         server runs under ``bwrap --die-with-parent``, which kills it when the *thread* that
         started it ends.
         """
+        self._proc = self._connect() or self._start_process()  # type: ignore[assignment]
+        self._starting = True
+        self._unread = 0
+        self.preloaded = set()
+
+    def _connect(self) -> _Connection | None:
+        """A connection to the shared server, if this handle has one and it can be reached."""
         if self.address is not None:
             try:
-                self._proc = _Connection(self.address)  # type: ignore[assignment]
-                self._starting = True
-                self._unread = 0
-                self.preloaded = set()
-                return
+                return _Connection(self.address)
             except OSError:
                 self.address = None  # the shared server is gone: this worker starts its own
+        return None
+
+    def _start_process(self) -> subprocess.Popen:
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
-        cmd = [sys.executable, "-m", "grader.classroom.fork_server"] + (
-            ["--trusted-only"] if self.trusted_only else []
-        )
+        cmd = plain_command(self.trusted_only)
         if self.sealed_area is not None:
             from grader.classroom import seal
 
@@ -712,16 +723,13 @@ class ForkServer:
                 cwd=self.sealed_area,
                 env=env,
             )
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
             start_new_session=True,
         )
-        self._starting = True
-        self._unread = 0
-        self.preloaded = set()
 
     def _await_ready(self) -> None:
         assert self._proc is not None and self._proc.stdout

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from grader.classroom import seal
-from grader.classroom.fork_server import ForkServer
+from grader.classroom.fork_server import ForkServer, plain_command
 
 # the Unix socket of the trusted-only fork server that a grading run shares among its workers
 SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"
@@ -70,7 +70,6 @@ class SharedTrusted:
     def __init__(self) -> None:
         import socket
         import subprocess
-        import sys
 
         self.folder = tempfile.mkdtemp(prefix="classroom-trusted-", dir=seal.short_tmp())
         self.address = os.path.join(self.folder, "socket")
@@ -83,13 +82,7 @@ class SharedTrusted:
                 env.pop(name, None)
             env.setdefault("MPLBACKEND", "Agg")
             self._proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "grader.classroom.fork_server",
-                    "--trusted-only",
-                    f"--listen-fd={listener.fileno()}",
-                ],
+                plain_command(trusted_only=True) + [f"--listen-fd={listener.fileno()}"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 env=env,
