@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -713,6 +714,52 @@ def test_a_grading_run_starts_its_workers_before_it_loads_nbgrader_or_pytorch():
         "print(sorted(m for m in ('nbgrader', 'torch', 'nbconvert', 'nbclient') if m in sys.modules))"
     )
     assert _in_a_new_python(script) == "[]"
+
+
+_FORKED_WORKERS_SCRIPT = r"""
+import json, os, sys
+from grader.classroom import executors, servers
+from tests.worker_facts import facts
+
+out = {"coordinator": os.getpid(), "runs": []}
+for value, folder in zip(("first", "second"), sys.argv[1:3]):
+    os.environ["ATTENTION_COURSE_PROBE"] = value
+    os.chdir(folder)
+    for workers in (2, 1):
+        with executors.LocalExecutor(workers, preload=servers.WORKER_MODULES) as ex:
+            out["runs"].append([value, folder, workers, [r for _, r in ex.run(facts, ["ATTENTION_COURSE_PROBE"] * 4)]])
+print(json.dumps(out))
+"""
+
+
+def test_two_workers_are_forked_with_nbgrader_loaded_and_take_the_environment_of_their_run(tmp_path):
+    """Two workers or more come from multiprocessing's forkserver, which imported nbgrader once for
+    all of them; each still has the environment and folder of the run that made its pool, not
+    those of the run that started the forkserver. A single worker is spawned, as before."""
+    folders = [tmp_path / "first", tmp_path / "second"]
+    for folder in folders:
+        folder.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-c", _FORKED_WORKERS_SCRIPT, *map(str, folders)],
+        capture_output=True,
+        text=True,
+        cwd=course.ROOT,
+        env={**os.environ, "PYTHONPATH": str(course.ROOT)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    forkservers = set()
+    for value, folder, workers, results in out["runs"]:
+        assert [r["variable"] for r in results] == [value] * 4, (workers, results)
+        assert {r["folder"] for r in results} == {folder}, (workers, results)
+        parents = {r["parent"] for r in results}
+        if workers == 2:
+            assert all(r["nbgrader loaded"] for r in results), results
+            assert out["coordinator"] not in parents, "two workers were spawned, not forked"
+            forkservers |= parents
+        else:
+            assert parents == {out["coordinator"]} and not any(r["nbgrader loaded"] for r in results)
+    assert len(forkservers) == 1, f"one forkserver serves every run, not {forkservers}"
 
 
 def test_grading_processes_read_notebooks_without_building_the_iri_parser():

@@ -31,7 +31,7 @@ from typing import Any
 from grader import course
 from grader.classroom import executors, gradebooks, jobs, lessons
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
-from grader.classroom.servers import share_trusted, warm_up
+from grader.classroom.servers import WORKER_MODULES, share_trusted, warm_up
 
 
 def classroom_dir() -> Path:
@@ -418,7 +418,7 @@ def grade(
     if workers is None and executor == "local":
         # each worker costs a process and two fork servers to start: a small class gets fewer of them
         workers = min(executors.default_workers(), -(-len(todo) // SUBMISSIONS_PER_WORKER))
-    ex = executors.make(executor, workers, address, initializer=warm_up)
+    ex = executors.make(executor, workers, address, initializer=warm_up, preload=WORKER_MODULES)
     summary.workers = ex.workers
     bar = None
     # the local workers share one trusted-only fork server (started before them: they inherit its address)

@@ -26,6 +26,10 @@ SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"
 # variables a student kernel must not see (they lead to the real gradebook, or the grading run)
 SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID", SHARED_TRUSTED)
 
+# what a worker loads before its first job (nbgrader, and what the first job would load): imported
+# during the warm-up, or once for all workers by the forkserver they are forked from
+WORKER_MODULES = ("grader.classroom.preloaded",)
+
 PLAIN: ForkServer | None = None
 SEALED: ForkServer | None = None
 _AREA: str | None = None
@@ -163,7 +167,11 @@ def warm_up() -> None:
             started[-1].begin()
         except OSError:
             pass
-    from grader.classroom import autograde, tamper_scan  # noqa: F401 - nbgrader: a job's slowest import
+    import importlib
+
+    for name in WORKER_MODULES:  # loaded already where the worker was forked from the forkserver
+        importlib.import_module(name)
+    from grader.classroom import tamper_scan
 
     tamper_scan.graded_names()  # the scan's names of graded functions: every lesson's source, read once
     for server in started:
