@@ -3,7 +3,8 @@
 A kernel started the way grading starts it (forked from the sealed fork server,
 or one bwrap per kernel as plain ``nbgrader autograde`` does) must not see the
 grading code, the instructor's sources, the gradebook, another student's
-submission or the home folder, must not reach the network, and must leave no
+submission, the home folder or the socket of the forkserver that grading workers
+come from, must not reach the network, and must leave no
 process behind. In place of the explorers it finds their stand-in: every
 explorer cell shows what it showed while graded, and no internal module of the
 explorers (their computations) can be imported. A graded submission whose code
@@ -154,6 +155,20 @@ def _run(
 LAUNCHES = ["fork", "bwrap"]
 
 
+def _grading_forkserver_address() -> str:
+    """The socket of the forkserver that a grading run's two workers are forked from (started here
+    as a run starts it, if it is not running yet)."""
+    import multiprocessing.forkserver
+
+    from grader.classroom import executors, servers
+
+    with executors.LocalExecutor(2, preload=servers.WORKER_MODULES) as ex:
+        list(ex.run(str, [0, 1]))
+    address = multiprocessing.forkserver._forkserver._forkserver_address
+    assert address and os.path.exists(address), address
+    return address
+
+
 # ------------------------------------------------------------------ the kernel
 
 
@@ -212,6 +227,7 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
 ):
     work, mine = course_like
     home = Path.home()
+    forkserver = _grading_forkserver_address()
     python_under_home = {
         Path(p).relative_to(home).parts[0] for p in seal.python_paths() if Path(p).is_relative_to(home)
     }
@@ -223,15 +239,19 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
         "other submission": str(work / "submitted" / "bob" / LESSON / f"{LESSON}.ipynb"),
         "work folder": str(work),
         "home": str(home),
+        "workers' forkserver": forkserver,
+        "workers' forkserver folder": os.path.dirname(forkserver),
     }
     port = listener.getsockname()[1]
     fork_server = sealed_fork_server if launch == "fork" else None
     nb = _run([_probe_cell(paths, port)], mine, kernel_settings, fork_server)
     seen = _seen(nb)
-    for name in ("grader", "solutions", "gradebook", "other submission"):
+    for name in ("grader", "solutions", "gradebook", "other submission", "workers' forkserver"):
         assert seen[name] == "absent", f"{name} is visible in the seal: {seen[name]}"
     # one bwrap per kernel shows the notebook's own folder, and so the names of the folders above it
     assert seen["work folder"] in ("absent", ["autograded"]), seen["work folder"]
+    # the forkserver that grading workers come from forks anything it is asked to, unsealed
+    assert seen["workers' forkserver folder"] in ("absent", []), seen["workers' forkserver folder"]
     assert set(seen["repository"]) <= {"attention_course", "data", ".venv"}, seen["repository"]
     assert set(seen["home"]) <= python_under_home, f"home folder visible: {seen['home']}"
     assert seen["import grader"] == "ImportError"
