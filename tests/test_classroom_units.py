@@ -762,6 +762,63 @@ def test_two_workers_are_forked_with_nbgrader_loaded_and_take_the_environment_of
     assert len(forkservers) == 1, f"one forkserver serves every run, not {forkservers}"
 
 
+_KILLED_COORDINATOR_SCRIPT = r"""
+import os, sys, threading, time
+from grader.classroom import executors, servers
+from tests.worker_facts import say_then_sleep
+
+workers, when, folder = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ex = executors.LocalExecutor(workers, preload=servers.WORKER_MODULES)
+threading.Thread(target=lambda: list(ex.run(say_then_sleep, [folder] * workers)), daemon=True).start()
+while ex._pool is None or len(ex._pool._processes or {}) < workers:  # started, not yet ready
+    time.sleep(0.01)
+while when == "grading" and len(os.listdir(folder)) < workers:  # each one running its job
+    time.sleep(0.05)
+print(*ex._pool._processes, flush=True)
+time.sleep(120)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:  # a zombie has ended: it waits only to be reaped
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("when", ["starting", "grading"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_end_when_their_coordinator_is_killed(workers, when, tmp_path):
+    """A grading run killed outright (SIGKILL: no clean-up of its own) leaves no worker behind,
+    whether the worker was spawned by it or forked from its forkserver, and whether it was still
+    starting (before it could ask to go with its parent) or running a job."""
+    import signal
+    import time
+
+    coordinator = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_COORDINATOR_SCRIPT, str(workers), when, str(tmp_path)],
+        cwd=course.ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(course.ROOT)},
+    )
+    try:
+        pids = [int(p) for p in coordinator.stdout.readline().split()]
+    finally:
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+    assert len(pids) == workers, coordinator.stderr.read()
+    assert when == "starting" or len(list(tmp_path.iterdir())) == workers
+    deadline = time.monotonic() + 15
+    while any(map(_running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if _running(p)]
+    for pid in left:  # the test leaves nothing behind either
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers {left} outlived the run"
+
+
 def test_grading_processes_read_notebooks_without_building_the_iri_parser():
     """Importing ``grader`` keeps jsonschema from building its IRI grammar (about 0.9 s in every
     grading process); notebooks still validate, and a broken one is still refused."""

@@ -1,9 +1,11 @@
-"""A job for executor tests: what the worker process that runs it looks like (imports nothing)."""
+"""Jobs for executor tests (they import nothing): what the worker process that runs one looks like;
+one that says it runs, then sleeps."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 
 def facts(variable: str) -> dict:
@@ -14,3 +16,9 @@ def facts(variable: str) -> dict:
         "folder": os.getcwd(),
         "nbgrader loaded": "nbgrader" in sys.modules,
     }
+
+
+def say_then_sleep(folder: str) -> None:
+    with open(os.path.join(folder, str(os.getpid())), "w"):
+        pass
+    time.sleep(120)

@@ -52,8 +52,34 @@ class Executor:
         self.close()
 
 
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _let_the_forkserver_go() -> None:
+    """Close a forked worker's copy of the forkserver's "alive" pipe (multiprocessing hands one to
+    every process it forks). The forkserver ends when no process holds that pipe open; if workers
+    held it, a killed coordinator would leave the forkserver running, and so the workers, who end
+    only when it does."""
+    try:
+        from multiprocessing import forkserver
+
+        fd, forkserver._forkserver._forkserver_alive_fd = forkserver._forkserver._forkserver_alive_fd, None
+        if fd is not None:
+            os.close(fd)
+    except (AttributeError, OSError):
+        pass
+
+
 def _init_worker(
-    initializer: Callable[[], None] | None, env: dict[str, str] | None = None, cwd: str | None = None
+    initializer: Callable[[], None] | None,
+    coordinator: int | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
 ) -> None:
     import signal
 
@@ -61,14 +87,19 @@ def _init_worker(
         os.environ.clear()
         os.environ.update(env)
         os.chdir(cwd or os.getcwd())
+        _let_the_forkserver_go()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
-    try:  # and if the coordinator is killed, its workers go too (Linux)
+    try:  # and if the coordinator is killed, its workers go too (Linux): with it, or with its forkserver
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort
         pass
+    else:  # killed before the line above: the signal will never come, so go now
+        parent = os.getppid()
+        if coordinator is not None and coordinator not in (parent, _parent_of(parent)):
+            os._exit(1)
     if initializer is not None:
         initializer()
 
@@ -104,10 +135,10 @@ class LocalExecutor(Executor):
         if self.workers >= 2 and self._preload and "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(list(self._preload))  # read when the forkserver starts
-            initargs = (self._initializer, dict(os.environ), os.getcwd())
+            initargs = (self._initializer, os.getpid(), dict(os.environ), os.getcwd())
         else:
             context = multiprocessing.get_context("spawn")
-            initargs = (self._initializer,)
+            initargs = (self._initializer, os.getpid())
         return ProcessPoolExecutor(
             max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=initargs
         )
