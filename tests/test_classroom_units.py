@@ -721,21 +721,31 @@ import json, os, sys
 from grader.classroom import executors, servers
 from tests.worker_facts import facts
 
+def running(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
 out = {"coordinator": os.getpid(), "runs": []}
-for value, folder in zip(("first", "second"), sys.argv[1:3]):
+for value, folder, umask in zip(("first", "second"), sys.argv[1:3], (0o022, 0o077)):
     os.environ["ATTENTION_COURSE_PROBE"] = value
     os.chdir(folder)
+    os.umask(umask)
     for workers in (2, 1):
         with executors.LocalExecutor(workers, preload=servers.WORKER_MODULES) as ex:
-            out["runs"].append([value, folder, workers, [r for _, r in ex.run(facts, ["ATTENTION_COURSE_PROBE"] * 4)]])
+            results = [r for _, r in ex.run(facts, ["ATTENTION_COURSE_PROBE"] * 4)]
+        left = [p for p in {r["parent"] for r in results} if p != os.getpid() and running(p)]
+        out["runs"].append([value, folder, umask, workers, results, left])
 print(json.dumps(out))
 """
 
 
 def test_two_workers_are_forked_with_nbgrader_loaded_and_take_the_environment_of_their_run(tmp_path):
     """Two workers or more come from multiprocessing's forkserver, which imported nbgrader once for
-    all of them; each still has the environment and folder of the run that made its pool, not
-    those of the run that started the forkserver. A single worker is spawned, as before."""
+    all of them; each has the environment, folder and umask of the run that made its pool, and
+    the forkserver ends with the pool, so the next run's workers come from a new one, forked
+    from the coordinator as it is then. A single worker is spawned, as before."""
     folders = [tmp_path / "first", tmp_path / "second"]
     for folder in folders:
         folder.mkdir()
@@ -748,18 +758,21 @@ def test_two_workers_are_forked_with_nbgrader_loaded_and_take_the_environment_of
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout)
-    forkservers = set()
-    for value, folder, workers, results in out["runs"]:
+    forkservers = []
+    for value, folder, umask, workers, results, left in out["runs"]:
         assert [r["variable"] for r in results] == [value] * 4, (workers, results)
         assert {r["folder"] for r in results} == {folder}, (workers, results)
+        assert {r["umask"] for r in results} == {umask}, (workers, results)
         parents = {r["parent"] for r in results}
         if workers == 2:
             assert all(r["nbgrader loaded"] for r in results), results
             assert out["coordinator"] not in parents, "two workers were spawned, not forked"
-            forkservers |= parents
+            assert len(parents) == 1, f"one forkserver for the pool, not {parents}"
+            assert not left, f"the forkserver {left} outlived its pool"
+            forkservers += parents
         else:
             assert parents == {out["coordinator"]} and not any(r["nbgrader loaded"] for r in results)
-    assert len(forkservers) == 1, f"one forkserver serves every run, not {forkservers}"
+    assert len(set(forkservers)) == 2, f"each run has a forkserver of its own, not {forkservers}"
 
 
 _KILLED_COORDINATOR_SCRIPT = r"""

@@ -155,18 +155,19 @@ def _run(
 LAUNCHES = ["fork", "bwrap"]
 
 
-def _grading_forkserver_address() -> str:
-    """The socket of the forkserver that a grading run's two workers are forked from (started here
-    as a run starts it, if it is not running yet)."""
+@pytest.fixture
+def grading_forkserver():
+    """The socket of the forkserver that a grading run's two workers are forked from, started as
+    a run starts it and running while the test does."""
     import multiprocessing.forkserver
 
     from grader.classroom import executors, servers
 
     with executors.LocalExecutor(2, preload=servers.WORKER_MODULES) as ex:
         list(ex.run(str, [0, 1]))
-    address = multiprocessing.forkserver._forkserver._forkserver_address
-    assert address and os.path.exists(address), address
-    return address
+        address = multiprocessing.forkserver._forkserver._forkserver_address
+        assert address and os.path.exists(address), address
+        yield address
 
 
 # ------------------------------------------------------------------ the kernel
@@ -223,11 +224,11 @@ def test_a_grading_kernel_loses_nothing_its_first_cell_writes(
 @needs_seal
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
-    launch, course_like, listener, kernel_settings, sealed_fork_server
+    launch, course_like, listener, kernel_settings, sealed_fork_server, grading_forkserver
 ):
     work, mine = course_like
     home = Path.home()
-    forkserver = _grading_forkserver_address()
+    forkserver = grading_forkserver
     python_under_home = {
         Path(p).relative_to(home).parts[0] for p in seal.python_paths() if Path(p).is_relative_to(home)
     }
@@ -548,24 +549,36 @@ def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_c
         assert servers.SHARED_TRUSTED not in os.environ
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _descends_from_me(pid: int | None) -> bool:
+    while pid and pid != os.getpid():
+        pid = _parent(pid)
+    return bool(pid)
+
+
 def _top_trusted_servers() -> set[int]:
-    """The trusted-only fork servers running now (not the trusted processes they forked)."""
+    """The trusted-only fork servers that this process started, itself or through its workers,
+    running now (not the trusted processes they forked; not those of tests running beside it)."""
     found = set(_alive("--trusted-only"))
+    return {pid for pid in found if _parent(pid) not in found and _descends_from_me(pid)}
 
-    def parent(pid: int) -> int | None:
-        try:
-            return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
 
-    return {pid for pid in found if parent(pid) not in found}
+def _my_forkservers() -> set[int]:
+    """multiprocessing forkservers that this process started and that are running now."""
+    return {pid for pid in _alive("multiprocessing.forkserver import main") if _parent(pid) == os.getpid()}
 
 
 @needs_seal
 def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp_path, monkeypatch):
     """Two local workers fork their trusted processes from one fork server that the run starts
     (one PyTorch and checks import fewer), the grades are those of each notebook graded alone, and
-    the server is gone when the run ends."""
+    the server is gone when the run ends; so is the forkserver that the workers were forked from."""
     import threading
 
     from grader.classroom import grading
@@ -579,11 +592,13 @@ def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp
         nbformat.write(nb, dest)
     before = _top_trusted_servers()
     seen: list[set[int]] = []
+    forkservers: set[int] = set()
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             seen.append(_top_trusted_servers() - before)
+            forkservers.update(_my_forkservers())
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -598,7 +613,12 @@ def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp
     assert [records[f"s{i}"]["score"] for i in range(4)] == [7.0, 0.0, 7.0, 0.0], records
     assert all(not r.get("flags") for r in records.values()), records
     assert max(len(s) for s in seen) == 1, f"trusted-only fork servers at once: {max(len(s) for s in seen)}"
-    assert not (_top_trusted_servers() - before), "the shared fork server outlived the run"
+    ever = set().union(*seen)
+    assert ever and not (ever & set(_alive("--trusted-only"))), "the shared fork server outlived the run"
+    assert len(forkservers) == 1, f"forkservers of the run: {forkservers}"
+    assert not (forkservers & set(_alive("multiprocessing.forkserver"))), (
+        "the workers' forkserver outlived the run"
+    )
 
 
 @needs_seal
@@ -622,16 +642,37 @@ def test_a_worker_whose_shared_server_is_gone_starts_its_own(gradebook, tmp_path
 
 
 def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):
+    """Without the seal a run says so everywhere, and its two workers are spawned: none is forked
+    from a forkserver, whose socket an unsealed kernel could reach."""
+    import threading
+
     from grader.classroom import grading
 
     work, _ = gradebook
     monkeypatch.setenv(seal.OFF_VARIABLE, "1")
     assert seal.available() == (False, f"turned off by {seal.OFF_VARIABLE}")
-    student = "unsealed_uma"
-    path = course.submission_path(LESSON, student)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(_submission(9))
-    summary = grading.grade([LESSON], [student], workers=1, progress=False, force=True)
+    student, other = "unsealed_uma", "unsealed_ugo"
+    for who in (student, other):
+        path = course.submission_path(LESSON, who)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_submission(9))
+    forkservers: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            forkservers.update(_my_forkservers())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        summary = grading.grade([LESSON], [student, other], workers=2, progress=False, force=True)
+    finally:
+        done.set()
+        watcher.join()
+    assert summary.workers == 2 and summary.graded == 2, summary
+    assert not forkservers, f"an unsealed run forked its workers from a forkserver: {forkservers}"
     text = grading.format_summary(summary)
     assert f"NOT SEALED (turned off by {seal.OFF_VARIABLE})" in text, text
     record = next(r for r in grading.load_records([LESSON]) if r["student"] == student)

@@ -15,7 +15,14 @@ def facts(variable: str) -> dict:
         "variable": os.environ.get(variable),
         "folder": os.getcwd(),
         "nbgrader loaded": "nbgrader" in sys.modules,
+        "umask": _umask(),
     }
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def say_then_sleep(folder: str) -> None:

@@ -108,13 +108,29 @@ def _ready() -> None:
     """A job that does nothing: it makes a worker start (and run its initializer) at once."""
 
 
+_FORKED_POOLS = 0  # local executors whose workers come from the forkserver, not yet closed
+
+
+def _stop_the_forkserver() -> None:
+    """End multiprocessing's forkserver, so that the next pool's workers come from a new one, forked
+    from the coordinator as it is then (its code, umask, limits, streams), and nothing is left
+    listening for forks between runs."""
+    try:
+        from multiprocessing import forkserver
+
+        forkserver._forkserver._stop()
+    except (AttributeError, OSError, ChildProcessError):
+        pass
+
+
 class LocalExecutor(Executor):
     """A pool of worker processes on this machine, which start clean.
 
     One worker is spawned: it starts at once, and loads what it needs while it warms up. Two or
     more are forked from multiprocessing's forkserver, which has imported ``preload`` once for all
     of them (nbgrader: about 0.7 s of CPU that each worker would otherwise spend on its own); each
-    takes the environment and folder of the run that makes the pool, not the forkserver's.
+    takes the environment and folder of the run that makes the pool, not the forkserver's, and
+    the forkserver ends when the last executor that uses it closes.
     """
 
     def __init__(
@@ -127,6 +143,7 @@ class LocalExecutor(Executor):
         self._initializer = initializer
         self._preload = tuple(preload)
         self._pool = None
+        self._forked = False
 
     def _new_pool(self):
         import multiprocessing
@@ -135,6 +152,9 @@ class LocalExecutor(Executor):
         if self.workers >= 2 and self._preload and "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(list(self._preload))  # read when the forkserver starts
+            if not self._forked:
+                global _FORKED_POOLS
+                self._forked, _FORKED_POOLS = True, _FORKED_POOLS + 1
             initargs = (self._initializer, os.getpid(), dict(os.environ), os.getcwd())
         else:
             context = multiprocessing.get_context("spawn")
@@ -218,7 +238,16 @@ class LocalExecutor(Executor):
                 pass
         for p in processes:
             p.join(timeout=10)
+        for p in processes:  # one that would not end: it must not keep the forkserver (below) waiting
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
         self._pool = None
+        if self._forked:
+            global _FORKED_POOLS
+            self._forked, _FORKED_POOLS = False, _FORKED_POOLS - 1
+            if _FORKED_POOLS == 0:
+                _stop_the_forkserver()
 
 
 class DaskExecutor(Executor):

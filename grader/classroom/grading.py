@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import executors, gradebooks, jobs, lessons
+from grader.classroom import executors, gradebooks, jobs, lessons, seal
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
 from grader.classroom.servers import WORKER_MODULES, share_trusted, warm_up
 
@@ -418,7 +418,10 @@ def grade(
     if workers is None and executor == "local":
         # each worker costs a process and two fork servers to start: a small class gets fewer of them
         workers = min(executors.default_workers(), -(-len(todo) // SUBMISSIONS_PER_WORKER))
-    ex = executors.make(executor, workers, address, initializer=warm_up, preload=WORKER_MODULES)
+    # workers forked from a preloaded forkserver start sooner; without the seal, a kernel could reach
+    # that forkserver's socket (and have it fork what it likes), so its workers are spawned instead
+    preload = WORKER_MODULES if seal.available()[0] else ()
+    ex = executors.make(executor, workers, address, initializer=warm_up, preload=preload)
     summary.workers = ex.workers
     bar = None
     # the local workers share one trusted-only fork server (started before them: they inherit its address)
