@@ -18,6 +18,7 @@ from grader.classroom import collect, feedback, grading, lessons, report, tamper
 from grader.classroom.progress import Progress
 from grader.classroom.sandbox import plain
 from grader.classroom.trusted import decode, plan, rebuild_error
+from tests.procs import running
 
 # ------------------------------------------------------------------ static signs of tampering
 
@@ -719,13 +720,8 @@ def test_a_grading_run_starts_its_workers_before_it_loads_nbgrader_or_pytorch():
 _FORKED_WORKERS_SCRIPT = r"""
 import json, os, sys
 from grader.classroom import executors, servers
+from tests.procs import running
 from tests.worker_facts import facts
-
-def running(pid):
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 out = {"coordinator": os.getpid(), "runs": []}
 for value, folder, umask in zip(("first", "second"), sys.argv[1:3], (0o022, 0o077)):
@@ -792,13 +788,6 @@ time.sleep(120)
 """
 
 
-def _running(pid: int) -> bool:
-    try:  # a zombie has ended: it waits only to be reaped
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 @pytest.mark.parametrize("when", ["starting", "grading"])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_workers_end_when_their_coordinator_is_killed(workers, when, tmp_path):
@@ -824,9 +813,9 @@ def test_workers_end_when_their_coordinator_is_killed(workers, when, tmp_path):
     assert len(pids) == workers, coordinator.stderr.read()
     assert when == "starting" or len(list(tmp_path.iterdir())) == workers
     deadline = time.monotonic() + 15
-    while any(map(_running, pids)) and time.monotonic() < deadline:
+    while any(map(running, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = [p for p in pids if _running(p)]
+    left = [p for p in pids if running(p)]
     for pid in left:  # the test leaves nothing behind either
         os.kill(pid, signal.SIGKILL)
     assert not left, f"workers {left} outlived the run"

@@ -25,6 +25,7 @@ import pytest
 
 import quickstart
 from tests.nbtools import ROOT
+from tests.procs import running
 
 LESSON = "01_projection"
 
@@ -63,14 +64,6 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         kids += [int(k) for k in (task / "children").read_text().split()]
     return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def _git_status() -> list[str]:
@@ -226,7 +219,7 @@ def test_a_signal_to_quickstart_stops_its_child(tmp_path, sent, child, heard, co
     proc.send_signal(sent)
     assert proc.wait(timeout=20) == code
     assert log.read_text().split()[1:] == heard
-    assert not _alive(kid), "the child outlived quickstart"
+    assert not running(kid), "the child outlived quickstart"
 
 
 # ------------------------------------------------------------------ quickstart.py lab, for real
@@ -287,7 +280,7 @@ def test_lab_serves_lesson_01_as_students_see_it_and_stops_with_quickstart(tmp_p
     assert "installing" not in out, out
     assert f":{port}{quickstart.LESSON_01}" in out, "the address JupyterLab prints does not lead to lesson 01"
     for pid in servers:
-        assert not _alive(pid), "JupyterLab outlived quickstart.py"
+        assert not running(pid), "JupyterLab outlived quickstart.py"
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         urllib.request.urlopen(f"{base}/api/status", timeout=2)
 

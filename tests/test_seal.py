@@ -31,6 +31,7 @@ import pytest
 from grader import course
 from grader.classroom import kernels, seal
 from grader.classroom.fork_server import ForkServer
+from tests.procs import parent
 
 pytestmark = pytest.mark.slow
 SEALED, WHY = seal.available()
@@ -549,16 +550,9 @@ def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_c
         assert servers.SHARED_TRUSTED not in os.environ
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _descends_from_me(pid: int | None) -> bool:
     while pid and pid != os.getpid():
-        pid = _parent(pid)
+        pid = parent(pid)
     return bool(pid)
 
 
@@ -566,12 +560,12 @@ def _top_trusted_servers() -> set[int]:
     """The trusted-only fork servers that this process started, itself or through its workers,
     running now (not the trusted processes they forked; not those of tests running beside it)."""
     found = set(_alive("--trusted-only"))
-    return {pid for pid in found if _parent(pid) not in found and _descends_from_me(pid)}
+    return {pid for pid in found if parent(pid) not in found and _descends_from_me(pid)}
 
 
 def _my_forkservers() -> set[int]:
     """multiprocessing forkservers that this process started and that are running now."""
-    return {pid for pid in _alive("multiprocessing.forkserver import main") if _parent(pid) == os.getpid()}
+    return {pid for pid in _alive("multiprocessing.forkserver import main") if parent(pid) == os.getpid()}
 
 
 @needs_seal

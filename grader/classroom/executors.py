@@ -86,7 +86,8 @@ def _init_worker(
     if env is not None:  # forked from the shared forkserver: take the environment of the run, not its own
         os.environ.clear()
         os.environ.update(env)
-        os.chdir(cwd or os.getcwd())
+        if cwd:
+            os.chdir(cwd)
         _let_the_forkserver_go()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
