@@ -9,6 +9,7 @@ Also: the same class on a Dask cluster (the executor seam) gives the same grades
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nbformat.reader import NotJSONError
 
 from grader import course
 from grader.classroom import executors, grading
@@ -92,8 +94,21 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
+# ``python -m grader ARGS`` that then says which of nbgrader and PyTorch the coordinator loaded
+_GRADE_AND_SAY_WHAT_LOADED = (
+    "import runpy, sys\n"
+    "try:\n"
+    "    runpy.run_module('grader', run_name='__main__', alter_sys=True)\n"
+    "finally:\n"
+    "    print('coordinator loaded', sorted(m for m in ('nbgrader', 'torch') if m in sys.modules))\n"
+)
+
+
 def _grade_cmd() -> list[str]:
-    return [sys.executable, "-m", "grader", "grade", spec.L1, "--workers", "2", "--timeout", "20", "--quiet"]
+    return [
+        sys.executable, "-c", _GRADE_AND_SAY_WHAT_LOADED,
+        "grade", spec.L1, "--workers", "2", "--timeout", "20", "--quiet",
+    ]  # fmt: skip
 
 
 def test_killed_and_rerun_gives_the_gradebook_of_an_uninterrupted_run(small_class, tmp_path):
@@ -103,6 +118,8 @@ def test_killed_and_rerun_gives_the_gradebook_of_an_uninterrupted_run(small_clas
         _grade_cmd(), cwd=course.ROOT, env=_env(straight), capture_output=True, text=True, timeout=1200
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # its workers and a helper forked beside them wrote the gradebook: the coordinator never loads nbgrader
+    assert "coordinator loaded []" in done.stdout, done.stdout
     expected = snapshot(straight)
     assert len({k[0] for k in expected["grades"]}) == len(cases)
 
@@ -135,6 +152,89 @@ def test_killed_and_rerun_gives_the_gradebook_of_an_uninterrupted_run(small_clas
         _grade_cmd(), cwd=course.ROOT, env=_env(broken), capture_output=True, text=True, timeout=600
     )
     assert f"Graded 0 submissions; {len(cases)} already graded" in third.stdout, third.stdout
+
+
+def _finished_notebooks(base: Path) -> list[tuple[str, str, str | None, bytes]]:
+    """Three students' final notebooks of lesson 01, failing none, one and two of its test cells."""
+    nb = json.loads((base / "release" / spec.L1 / f"{spec.L1}.ipynb").read_text())
+    tests = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"
+    ]
+    assert len(tests) >= 2
+    error = {"output_type": "error", "ename": "AssertionError", "evalue": "wrong", "traceback": []}
+    entries = []
+    for failing, (student, timestamp) in enumerate(
+        [("ann", None), ("ben", "2026-01-05 10:00:00 UTC"), ("cy", "2026-01-07 23:59:00.5 UTC")]
+    ):
+        copy = json.loads(json.dumps(nb))
+        for i in tests[:failing]:
+            copy["cells"][i]["outputs"] = [error]
+        entries.append((spec.L1, student, timestamp, json.dumps(copy).encode()))
+    return entries
+
+
+def test_grades_written_in_one_batch_are_those_written_one_at_a_time(small_class, tmp_path):
+    """A grading run records finished jobs a few at a time, in one transaction: the gradebook then holds
+    exactly what recording each on its own gives (nbgrader's steps, one by one), and a batch that
+    fails part-way leaves the gradebook as it was, none of the batch in it."""
+    base, _ = small_class
+    entries = _finished_notebooks(base)
+    course_id = grading.course_config().CourseDirectory.get("course_id", "")
+    one, batch = _copy(base, tmp_path / "one"), _copy(base, tmp_path / "batch")
+    for entry in entries:
+        grading.write_grades(f"sqlite:///{one / 'gradebook.db'}", course_id, [entry])
+    held = grading.write_grades(f"sqlite:///{batch / 'gradebook.db'}", course_id, entries)
+    expected = snapshot(one)
+    assert snapshot(batch) == expected
+    scores = {s: 0.0 for s in ("ann", "ben", "cy")}
+    for (student, _, _), (auto, _, _) in expected["grades"].items():
+        scores[student] += auto or 0
+    assert scores["ann"] > scores["ben"] > scores["cy"], scores
+    assert held[0]["timestamp"] is None and expected["times"]["ann"] is None
+    assert held[1]["timestamp"].startswith("2026-01-05 10:00:00")
+    assert held[2]["timestamp"].startswith("2026-01-07 23:59:00.5")
+
+    broken = [(spec.L1, "dora", None, entries[1][3]), (spec.L1, "eve", None, b"{not a notebook")]
+    with pytest.raises(NotJSONError):  # the second notebook, after the first was recorded
+        grading.write_grades(f"sqlite:///{batch / 'gradebook.db'}", course_id, broken)
+    assert snapshot(batch) == expected
+    with sqlite3.connect(batch / "gradebook.db") as db:
+        assert {s for (s,) in db.execute("SELECT id FROM student")} == {"ann", "ben", "cy"}
+
+
+def test_a_run_whose_gradebook_helper_dies_still_records_every_job(small_class, tmp_path, monkeypatch):
+    """The helper process that writes a local run's batches into the gradebook dies (killed): the
+    coordinator writes them itself, and every job gets its grades, its autograded folder and its record."""
+    from grader.classroom import servers
+    from grader.classroom.jobs import JobResult
+
+    base, _ = small_class
+    work = _copy(base, tmp_path / "work")
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(work))
+    entries = _finished_notebooks(base)
+    summary = grading.RunSummary()
+    with executors.LocalExecutor(2, preload=servers.WORKER_MODULES) as ex:
+        helper = ex.helper()
+        assert helper is not None, "two workers and a forkserver, but no helper"
+        os.kill(helper.submit(os.getpid).result(), signal.SIGKILL)
+        writer = grading.GradebookWriter(ex, summary, {spec.L1: "digest"})
+        for lesson, student, timestamp, notebook in entries:
+            folder = work / "submitted" / student / lesson
+            folder.mkdir(parents=True)
+            (folder / f"{lesson}.ipynb").write_bytes(notebook)
+            if timestamp:
+                (folder / "timestamp.txt").write_text(timestamp)
+            result = JobResult(student, lesson, "digest", "graded", notebook=notebook)
+            writer.add(result, grading.Submission(student, lesson, folder / f"{lesson}.ipynb"))
+        writer.step(final=True)
+    assert summary.graded == len(entries) and summary.by_status == {"graded": len(entries)}
+    records = {r["student"]: r for r in grading.load_records([spec.L1])}
+    assert set(records) == {"ann", "ben", "cy"}
+    assert records["ben"]["timestamp"].startswith("2026-01-05 10:00:00")
+    assert {s for (s, _, _) in snapshot(work)["grades"]} == {"ann", "ben", "cy"}
+    assert all(course.autograded_path(spec.L1, s).exists() for s in ("ann", "ben", "cy"))
 
 
 def test_dask_cluster_grades_like_the_local_pool(small_class, tmp_path, monkeypatch):

@@ -852,8 +852,8 @@ AUTOGRADE_PREPROCESSORS = (
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 )
-# what a job leaves out: it grades into a throw-away copy of the gradebook, and the coordinator runs
-# these two on the final notebook into the course's gradebook (grading._write_gradebook)
+# what a job leaves out: it grades into a throw-away copy of the gradebook, and the run applies
+# these two to the final notebook in the course's gradebook (grading.write_grades)
 GRADEBOOK_WRITERS = ("nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties")
 JOB_PREPROCESSORS = tuple(p for p in AUTOGRADE_PREPROCESSORS if p not in GRADEBOOK_WRITERS)
 

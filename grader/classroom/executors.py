@@ -42,6 +42,12 @@ class Executor:
     def start(self, jobs: int | None = None) -> None:
         """Start the workers ``jobs`` will need now, before the first job (default: as jobs come)."""
 
+    def helper(self) -> Any:
+        """A process of its own beside the workers for work the coordinator hands off (a
+        ``concurrent.futures`` executor of one process), where starting one costs nothing
+        the coordinator would not pay itself; None where it would."""
+        return None
+
     def close(self) -> None:
         """Stop every worker now (also used on Ctrl-C)."""
 
@@ -117,9 +123,15 @@ def _stop_the_forkserver() -> None:
     from the coordinator as it is then (its code, umask, limits, streams), and nothing is left
     listening for forks between runs."""
     try:
+        import signal
         from multiprocessing import forkserver
 
-        forkserver._forkserver._stop()
+        pid = forkserver._forkserver._forkserver_pid
+        if pid is not None:
+            # it holds nothing to save (its workers are gone), and a clean exit would cost it most
+            # of a second of CPU tearing down the modules it preloaded, while the run waits for it
+            os.kill(pid, signal.SIGKILL)
+        forkserver._forkserver._stop()  # reaps it and removes its socket
     except (AttributeError, OSError, ChildProcessError):
         pass
 
@@ -145,10 +157,12 @@ class LocalExecutor(Executor):
         self._preload = tuple(preload)
         self._pool = None
         self._forked = False
+        self._helper = None
 
-    def _new_pool(self):
+    def _context(self) -> tuple[Any, tuple]:
+        """The multiprocessing context new processes come from, and their ``_init_worker`` arguments
+        (without the initializer)."""
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
         if self.workers >= 2 and self._preload and "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
@@ -156,13 +170,34 @@ class LocalExecutor(Executor):
             if not self._forked:
                 global _FORKED_POOLS
                 self._forked, _FORKED_POOLS = True, _FORKED_POOLS + 1
-            initargs = (self._initializer, os.getpid(), dict(os.environ), os.getcwd())
-        else:
-            context = multiprocessing.get_context("spawn")
-            initargs = (self._initializer, os.getpid())
+            return context, (os.getpid(), dict(os.environ), os.getcwd())
+        return multiprocessing.get_context("spawn"), (os.getpid(),)
+
+    def _new_pool(self):
+        from concurrent.futures import ProcessPoolExecutor
+
+        context, args = self._context()
         return ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=initargs
+            max_workers=self.workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(self._initializer, *args),
         )
+
+    def helper(self) -> Any:
+        """One more process forked from the workers' forkserver, so it has what they preloaded
+        (nbgrader) without loading it, and none of their warm-up (no fork servers); None where the
+        workers are spawned (a spawned helper would load all that anew). Closed with the workers."""
+        if self._helper is None:
+            context, args = self._context()
+            if context.get_start_method() != "forkserver":
+                return None
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._helper = ProcessPoolExecutor(
+                max_workers=1, mp_context=context, initializer=_init_worker, initargs=(None, *args)
+            )
+        return self._helper
 
     def start(self, jobs: int | None = None) -> None:
         """Start the workers now: each warms up (its initializer) while the caller still prepares jobs."""
@@ -228,10 +263,12 @@ class LocalExecutor(Executor):
                         pending.append(job)
 
     def close(self) -> None:
-        if self._pool is None:
+        if self._pool is None and self._helper is None:
             return
-        processes = list(getattr(self._pool, "_processes", {}).values())
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        pools = [p for p in (self._pool, self._helper) if p is not None]
+        processes = [p for pool in pools for p in getattr(pool, "_processes", {}).values()]
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
         for p in processes:
             try:
                 p.terminate()
@@ -243,7 +280,7 @@ class LocalExecutor(Executor):
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-        self._pool = None
+        self._pool = self._helper = None
         if self._forked:
             global _FORKED_POOLS
             self._forked, _FORKED_POOLS = False, _FORKED_POOLS - 1

@@ -4,15 +4,18 @@ The coordinator (this module) finds the submissions nbgrader expects in
 ``<work>/submitted/<student>/<lesson>/<lesson>.ipynb``, skips those already
 graded from the same file, hands the rest to an executor
 (``grader.classroom.executors``) as self-contained jobs
-(``grader.classroom.autograde.grade_job``) and is the only writer of the
-course: for each finished job it writes the autograded folder, then the
-gradebook (nbgrader's own SaveAutoGrades and AssignLatePenalties on the
-final notebook), then a small JSON record in ``<work>/classroom/results/``
-(the scores, and the timestamp and late penalty the gradebook then held).
-That record is written last, so a run killed at any point and run again
-grades exactly what is missing and ends with the same gradebook. Export
+(``grader.classroom.autograde.grade_job``) and alone decides what goes into
+the course (``GradebookWriter``): for each finished job it writes the
+autograded folder at once, then, a few jobs at a time, the gradebook
+(nbgrader's own SaveAutoGrades and AssignLatePenalties on the final notebook,
+in one transaction per batch, written by one process at a time: a helper
+forked beside the workers where there is one, else the coordinator), then a
+small JSON record per job in ``<work>/classroom/results/`` (the scores, and
+the timestamp and late penalty the gradebook then held). That record is
+written last, so a run killed at any point and run again grades exactly what
+is missing and ends with the same gradebook. Export
 (``grader.classroom.report``) reports the records and checks the gradebook
-against them: a row the coordinator did not write, or that changed since, is
+against them: a row the grading run did not write, or that changed since, is
 flagged.
 """
 
@@ -186,7 +189,15 @@ def _retry(fn, *args: Any, attempts: int = 30) -> Any:
     return None
 
 
-def _write_gradebook(result: JobResult, timestamp: str | None, cfg: Any) -> None:
+def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | None, bytes]]) -> list[dict]:
+    """Record finished jobs (lesson, student, timestamp, final notebook) in the gradebook at ``url``
+    with nbgrader's own steps: the student and the submission, then SaveAutoGrades and
+    AssignLatePenalties on the final notebook. All of them in one transaction: the gradebook holds
+    every one of them afterwards, or (if this raises) none. Return what it then holds for each
+    (``submission_in_gradebook``).
+
+    Runs wherever nbgrader is loaded already: in a helper process of the run, or the coordinator.
+    """
     import warnings
 
     import nbformat
@@ -197,24 +208,22 @@ def _write_gradebook(result: JobResult, timestamp: str | None, cfg: Any) -> None
     gradebooks.reuse_engines()
     warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
     warnings.filterwarnings("ignore", message=".*not in session.*")
-    url = gradebook_url()
-    with Gradebook(url, cfg.CourseDirectory.get("course_id", "")) as gb:
-        gb.update_or_create_student(result.student)
-        if timestamp:
-            gb.update_or_create_submission(result.lesson, result.student, timestamp=parse_utc(timestamp))
-        else:
-            gb.update_or_create_submission(result.lesson, result.student)
-    nb = nbformat.reads(result.notebook.decode(), as_version=4)
-    resources = {
-        "nbgrader": {
-            "notebook": result.lesson,
-            "assignment": result.lesson,
-            "student": result.student,
-            "db_url": url,
-        }
-    }
-    SaveAutoGrades(config=cfg).preprocess(nb, resources)
-    AssignLatePenalties(config=cfg).preprocess(nb, resources)
+    cfg = course_config()
+    with Gradebook(url, course_id) as gb:
+        with gradebooks.one_transaction(gb), gradebooks.lent(gb, url):
+            for lesson, student, timestamp, notebook in entries:
+                gb.update_or_create_student(student)
+                if timestamp:
+                    gb.update_or_create_submission(lesson, student, timestamp=parse_utc(timestamp))
+                else:
+                    gb.update_or_create_submission(lesson, student)
+                nb = nbformat.reads(notebook.decode(), as_version=4)
+                resources = {
+                    "nbgrader": {"notebook": lesson, "assignment": lesson, "student": student, "db_url": url}
+                }
+                SaveAutoGrades(config=cfg).preprocess(nb, resources)
+                AssignLatePenalties(config=cfg).preprocess(nb, resources)
+        return [submission_in_gradebook(gb, lesson, student) or {} for lesson, student, _, _ in entries]
 
 
 def submission_in_gradebook(gb: Any, lesson: str, student: str) -> dict | None:
@@ -237,17 +246,6 @@ def submission_in_gradebook(gb: Any, lesson: str, student: str) -> dict | None:
     }
 
 
-def _read_back(lesson: str, student: str, cfg: Any) -> dict | None:
-    import warnings
-
-    from nbgrader.api import Gradebook
-
-    gradebooks.reuse_engines()
-    warnings.filterwarnings("ignore", module="nbgrader")
-    with Gradebook(gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
-        return submission_in_gradebook(gb, lesson, student)
-
-
 def _write_files(result: JobResult, timestamp: str | None) -> None:
     dest = course.autograded_path(result.lesson, result.student)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -263,20 +261,93 @@ def _write_files(result: JobResult, timestamp: str | None) -> None:
         os.replace(tmp, path)
 
 
-def merge(result: JobResult, sub: Submission, cfg: Any, lesson_digest: str) -> None:
-    """Write one finished job into the course: files, gradebook, then the record."""
-    timestamp = sub.timestamp
-    _write_files(result, timestamp)
-    _retry(_write_gradebook, result, timestamp, cfg)
-    written = _retry(_read_back, result.lesson, result.student, cfg) or {}
-    record = result.summary()
-    record.update(
-        lesson_digest=lesson_digest,
-        graded_at=datetime.datetime.now().isoformat(timespec="seconds"),
-        timestamp=written.get("timestamp"),
-        late_penalty=written.get("late_penalty", 0.0),
-    )
-    _write_record(record)
+class GradebookWriter:
+    """Puts finished jobs into the course: each one's autograded folder at once, then, a batch at a
+    time, their grades into the gradebook (``write_grades``), then their records.
+
+    A record is written only once its grades are in the gradebook, so a run killed at any point
+    grades again exactly the jobs without one. Batches are written one at a time (the gradebook
+    has one writer), in one transaction each: about half the CPU of writing each job on its own.
+    Where the run's workers are forked from a preloaded forkserver, a helper process forked from it
+    writes them (nbgrader is loaded there already); elsewhere the coordinator does, loading
+    nbgrader at its first batch.
+    """
+
+    BATCH = 4  # jobs waiting that make a batch due
+    WAIT = 2.0  # seconds after which fewer make one due
+
+    def __init__(self, ex: executors.Executor, summary: RunSummary, digests: dict[str, str]) -> None:
+        self.summary, self.digests = summary, digests
+        self.url = gradebook_url()
+        self.course_id = course_config().CourseDirectory.get("course_id", "")
+        self.helper = ex.helper()
+        self.waiting: list[tuple[JobResult, Submission]] = []
+        self.since = 0.0  # when the oldest waiting job came
+        self.writing: tuple[Any, list[tuple[JobResult, Submission]]] | None = None
+
+    def add(self, result: JobResult, sub: Submission) -> None:
+        _write_files(result, sub.timestamp)
+        if not self.waiting:
+            self.since = time.monotonic()
+        self.waiting.append((result, sub))
+        self.step()
+
+    def step(self, final: bool = False) -> None:
+        """Take a written batch's records, and start the next batch if one is due (``final``: the
+        run is ending, so write everything now and wait for it)."""
+        while True:
+            if self.writing is not None and (final or self.writing[0].done()):
+                future, batch = self.writing
+                self.writing = None
+                try:
+                    written = future.result()
+                except Exception:  # noqa: BLE001 - the helper failed: write them here, one by one
+                    written = [self._write([job])[0] for job in batch]
+                self._recorded(batch, written)
+            due = self.waiting and (
+                final or len(self.waiting) >= self.BATCH or time.monotonic() - self.since >= self.WAIT
+            )
+            if self.writing is not None or not due:
+                return
+            batch, self.waiting = self.waiting, []
+            if self.helper is None:
+                self._recorded(batch, self._write(batch))
+                continue
+            from concurrent.futures import Future
+
+            try:
+                future = self.helper.submit(_retry, write_grades, self.url, self.course_id, _entries(batch))
+            except Exception as e:  # noqa: BLE001 - no helper any more: its result is the failure
+                future = Future()
+                future.set_exception(e)
+            self.writing = (future, batch)
+            if not final:
+                return
+
+    def _write(self, batch: list[tuple[JobResult, Submission]]) -> list[dict]:
+        return _retry(write_grades, self.url, self.course_id, _entries(batch))
+
+    def _recorded(self, batch: list[tuple[JobResult, Submission]], written: list[dict]) -> None:
+        for (result, sub), held in zip(batch, written):
+            record = result.summary()
+            record.update(
+                lesson_digest=self.digests[sub.lesson],
+                graded_at=datetime.datetime.now().isoformat(timespec="seconds"),
+                timestamp=held.get("timestamp"),
+                late_penalty=held.get("late_penalty", 0.0),
+            )
+            _write_record(record)
+            s = self.summary
+            s.graded += 1
+            s.by_status[result.status] = s.by_status.get(result.status, 0) + 1
+            if result.isolation.startswith("not sealed"):
+                s.not_sealed = result.isolation.partition(": ")[2] or "unknown reason"
+            if result.flags:
+                s.flagged.append({"student": sub.student, "lesson": sub.lesson, "flags": result.flags})
+
+
+def _entries(batch: list[tuple[JobResult, Submission]]) -> list[tuple[str, str, str | None, bytes]]:
+    return [(r.lesson, r.student, sub.timestamp, r.notebook) for r, sub in batch]
 
 
 def _write_record(record: dict) -> None:
@@ -426,10 +497,11 @@ def grade(
     bar = None
     # the local workers share one trusted-only fork server (started before them: they inherit its address)
     shared = share_trusted(ex.workers) if executor == "local" else None
+    writer = None
     try:
         ex.start(len(todo))  # the workers start their fork servers while the gradebook and config are read
         ensure_gradebook(lesson_ids)
-        cfg = course_config()
+        writer = GradebookWriter(ex, summary, digests)
         template_bytes = template()
         by_key = {(s.student, s.lesson): s for s in todo}
         bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
@@ -438,22 +510,20 @@ def grade(
             if isinstance(result, BaseException):
                 result = JobResult(job.student, job.lesson, job.digest, "grading failed", error=repr(result))
             if result.error is None and result.notebook is not None:
-                merge(result, sub, cfg, digests[sub.lesson])
-                summary.graded += 1
-                summary.by_status[result.status] = summary.by_status.get(result.status, 0) + 1
-                if result.isolation.startswith("not sealed"):
-                    summary.not_sealed = result.isolation.partition(": ")[2] or "unknown reason"
-                if result.flags:
-                    summary.flagged.append(
-                        {"student": sub.student, "lesson": sub.lesson, "flags": result.flags}
-                    )
+                writer.add(result, sub)
             else:
                 summary.failed.append({"student": sub.student, "lesson": sub.lesson, "error": result.error})
                 record_failure(result, digests[sub.lesson])
             if bar:
                 bar.update(f"{sub.student}/{sub.lesson}", problem=bool(result.flags or result.error))
+        writer.step(final=True)
     except KeyboardInterrupt:
         summary.interrupted = True
+        if writer is not None:  # what was graded before Ctrl-C is kept (a second Ctrl-C gives it up)
+            try:
+                writer.step(final=True)
+            except KeyboardInterrupt:
+                pass
     finally:
         ex.close()
         if shared is not None:

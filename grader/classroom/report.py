@@ -3,8 +3,8 @@
 Written to ``<work>/report/`` (or ``--out``):
 
 - ``grades.csv``: nbgrader's export columns (one row per student and lesson) holding the
-  tool's own values (its grading records), plus ``gradebook_check``: the coordinator is the
-  only writer of grades, so every gradebook row it did not write, or that differs from what
+  tool's own values (its grading records), plus ``gradebook_check``: only the grading run writes
+  grades, so every gradebook row it did not write, or that differs from what
   it wrote (a score edited in the database, a manual grade, a run of plain nbgrader), is
   flagged there and in the class report;
 - ``class_report.md``: per-exercise pass rates, the most frequent diagnosed
