@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader import course
-from grader.classroom import collect, feedback, grading, lessons, report, tamper_scan
+from grader.classroom import collect, executors, feedback, grading, lessons, report, tamper_scan
 from grader.classroom.progress import Progress
 from grader.classroom.sandbox import plain
 from grader.classroom.trusted import decode, plan, rebuild_error
@@ -769,6 +769,23 @@ def test_two_workers_are_forked_with_nbgrader_loaded_and_take_the_environment_of
         else:
             assert parents == {out["coordinator"]} and not any(r["nbgrader loaded"] for r in results)
     assert len(set(forkservers)) == 2, f"each run has a forkserver of its own, not {forkservers}"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_local_run_leaves_no_private_gradebook_folder_behind(workers):
+    """Each worker keeps its private gradebook in a folder of the run's own, whose name no student
+    kernel is given; the run removes it when it closes, although its workers are stopped without
+    cleaning up."""
+    from grader.classroom import servers
+    from tests.worker_facts import private_gradebook
+
+    with executors.LocalExecutor(workers, preload=servers.WORKER_MODULES) as ex:
+        paths = {Path(p) for _, p in ex.run(private_gradebook, range(2 * workers))}
+        area = Path(ex._area)
+        assert all(p.parent.parent == area and p.parent.is_dir() for p in paths), (area, paths)
+        assert len({p.parent for p in paths}) <= workers
+    assert not area.exists(), f"{area} outlived its run"
+    assert executors.RUN_AREA not in servers.kernel_env({executors.RUN_AREA: str(area), "HOME": "/h"})
 
 
 _KILLED_COORDINATOR_SCRIPT = r"""

@@ -1,5 +1,5 @@
-"""Jobs for executor tests (they import nothing): what the worker process that runs one looks like;
-one that says it runs, then sleeps."""
+"""Jobs for executor tests (they import nothing when they load): what the worker process that runs
+one looks like; one that says it runs, then sleeps; where a worker keeps its private gradebook."""
 
 from __future__ import annotations
 
@@ -29,3 +29,10 @@ def say_then_sleep(folder: str) -> None:
     with open(os.path.join(folder, str(os.getpid())), "w"):
         pass
     time.sleep(120)
+
+
+def private_gradebook(_: object) -> str:
+    """Where the worker keeps its private gradebook (grader's own choice, in the worker)."""
+    from grader.classroom import autograde
+
+    return str(autograde._private_gradebook())

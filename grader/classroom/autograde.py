@@ -59,6 +59,7 @@ from typing import Any
 
 from grader import course
 from grader.classroom import gradebooks, guard, kernels, lessons, seal, servers, tamper_scan
+from grader.classroom.executors import RUN_AREA
 from grader.classroom.jobs import (  # noqa: F401 - re-exported
     CellResult,
     Job,
@@ -867,14 +868,29 @@ def _private_gradebook() -> Path:
     nbgrader opens a gradebook about ten times per notebook, each time with a new SQLAlchemy engine
     that compiles every statement afresh (about 50 ms per notebook). With one path, one engine
     (``gradebooks.reuse_engines``) serves every job of the process, its compiled statements with it.
-    The folder is private to this process and denied to student code like the job's own folder.
+    The folder is private to this process and denied to student code like the job's own folder
+    (``_private_area``). In a local run it lies in the run's own folder, which the run removes
+    when it ends (its workers are stopped, with no chance to clean up); elsewhere it goes when
+    this process exits.
     """
     if "dir" not in _PRIVATE:
         import atexit
 
-        _PRIVATE["dir"] = Path(tempfile.mkdtemp(prefix="classroom-gradebook-"))
+        area = os.environ.get(RUN_AREA)
+        if area and os.path.isdir(area):
+            _PRIVATE["dir"] = Path(tempfile.mkdtemp(prefix="classroom-gradebook-", dir=area))
+            _PRIVATE["area"] = Path(area)
+        else:
+            _PRIVATE["dir"] = _PRIVATE["area"] = Path(tempfile.mkdtemp(prefix="classroom-gradebook-"))
         atexit.register(shutil.rmtree, _PRIVATE["dir"], True)
     return _PRIVATE["dir"] / "gradebook.db"
+
+
+def _private_area() -> Path:
+    """The folder to deny student code for the private gradebooks: the run's own folder, which
+    holds every worker's, or this process's own where there is none."""
+    _private_gradebook()
+    return _PRIVATE["area"]
 
 
 # the student's name inside a job's private course: its gradebook copy then holds the submission's rows
@@ -1027,7 +1043,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         (sub_dir / "timestamp.txt").write_text(job.timestamp)
     gradebook = _private_gradebook()
     gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
-    deny = (list(opts.protect) or default_protected()) + [str(gradebook.parent)]
+    deny = (list(opts.protect) or default_protected()) + [str(_private_area())]
     _new_context(root, lesson, opts, deny, job=True)
     autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
     _configure_kernels(root, autograded_dir, deny, opts)

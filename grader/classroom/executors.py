@@ -22,6 +22,11 @@ from typing import Any
 
 _END = object()
 
+# a folder of a local run's own, named to its workers in their environment: each keeps what it
+# writes for itself alone there (its private gradebook), and it goes when the run closes, even
+# where the workers could not clean up (they are stopped, not asked to end)
+RUN_AREA = "ATTENTION_COURSE_RUN_AREA"
+
 
 def default_workers() -> int:
     """One worker per core this process may use."""
@@ -84,6 +89,7 @@ def _let_the_forkserver_go() -> None:
 def _init_worker(
     initializer: Callable[[], None] | None,
     coordinator: int | None = None,
+    area: str | None = None,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
 ) -> None:
@@ -95,6 +101,8 @@ def _init_worker(
         if cwd:
             os.chdir(cwd)
         _let_the_forkserver_go()
+    if area is not None:
+        os.environ[RUN_AREA] = area
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     try:  # and if the coordinator is killed, its workers go too (Linux): with it, or with its forkserver
@@ -158,6 +166,7 @@ class LocalExecutor(Executor):
         self._pool = None
         self._forked = False
         self._helper = None
+        self._area: str | None = None
 
     def _context(self) -> tuple[Any, tuple]:
         """The multiprocessing context new processes come from, and their ``_init_worker`` arguments
@@ -170,8 +179,15 @@ class LocalExecutor(Executor):
             if not self._forked:
                 global _FORKED_POOLS
                 self._forked, _FORKED_POOLS = True, _FORKED_POOLS + 1
-            return context, (os.getpid(), dict(os.environ), os.getcwd())
-        return multiprocessing.get_context("spawn"), (os.getpid(),)
+            return context, (os.getpid(), self._run_area(), dict(os.environ), os.getcwd())
+        return multiprocessing.get_context("spawn"), (os.getpid(), self._run_area())
+
+    def _run_area(self) -> str:
+        if self._area is None:
+            import tempfile
+
+            self._area = tempfile.mkdtemp(prefix="classroom-run-")
+        return self._area
 
     def _new_pool(self):
         from concurrent.futures import ProcessPoolExecutor
@@ -264,6 +280,7 @@ class LocalExecutor(Executor):
 
     def close(self) -> None:
         if self._pool is None and self._helper is None:
+            self._remove_run_area()
             return
         pools = [p for p in (self._pool, self._helper) if p is not None]
         processes = [p for pool in pools for p in getattr(pool, "_processes", {}).values()]
@@ -281,11 +298,19 @@ class LocalExecutor(Executor):
                 p.kill()
                 p.join(timeout=5)
         self._pool = self._helper = None
+        self._remove_run_area()
         if self._forked:
             global _FORKED_POOLS
             self._forked, _FORKED_POOLS = False, _FORKED_POOLS - 1
             if _FORKED_POOLS == 0:
                 _stop_the_forkserver()
+
+    def _remove_run_area(self) -> None:
+        if self._area is not None:
+            import shutil
+
+            shutil.rmtree(self._area, ignore_errors=True)
+            self._area = None
 
 
 class DaskExecutor(Executor):

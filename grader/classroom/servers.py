@@ -19,12 +19,13 @@ import tempfile
 from pathlib import Path
 
 from grader.classroom import seal
+from grader.classroom.executors import RUN_AREA
 from grader.classroom.fork_server import ForkServer, plain_command
 
 # the Unix socket of the trusted-only fork server that a grading run shares among its workers
 SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"
 # variables a student kernel must not see (they lead to the real gradebook, or the grading run)
-SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID", SHARED_TRUSTED)
+SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID", SHARED_TRUSTED, RUN_AREA)
 
 # what a worker loads before its first job (nbgrader, and what the first job would load): imported
 # during the warm-up, or once for all workers by the forkserver they are forked from
