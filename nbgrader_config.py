@@ -73,6 +73,10 @@ warnings.filterwarnings(
 record_lessons()
 # `nbgrader export` writes its CSV to the work folder, not to the repository
 c.ExportPlugin.to = os.path.join(WORK, "grades.csv")
+# ... with every text cell a spreadsheet would run as a formula (=, +, -, @) quoted
+c.ExportApp.plugin_class = "grader.classroom.report.SafeCsvExport"
+# what the formgrader shows of a graded notebook: the student's HTML, scripts and Markdown as text
+c.HTMLExporter.preprocessors = ["grader.classroom.feedback.EscapeStudentContent"]
 # Every kernel nbgrader starts runs the student's code sealed in bubblewrap where it can (no grader/,
 # solutions/, gradebook or other submissions in sight, no network), else under the guard alone
 # (grader/classroom/kernels.py, grader/classroom/seal.py).

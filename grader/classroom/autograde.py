@@ -235,6 +235,7 @@ def _open_box(root: Path, autograded_dir: Path) -> Path:
         )
         return root
     box = Path(tempfile.mkdtemp(prefix="job-", dir=servers.sealed_area()))
+    box.chmod(0o711)  # the notebook's unprivileged user passes through to the folders it is given
     for name in ("tmp", "scratch", "pipes", "ipc"):
         (box / name).mkdir()
     if _CONTEXT.get("job"):  # nbgrader writes the autograded copy where the sealed kernel can work in it
@@ -447,6 +448,7 @@ def _start_checks(ctx: dict, job: dict) -> None:
             sandbox=sandbox_cfg,
             log=str(box / "sandbox.log"),
             threads=opts.threads,
+            writable=[str(scratch)],
         )
     proc = servers.plain().fork(
         "trusted",
@@ -613,6 +615,7 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 cell.outputs = _stderr_as_note(cell.get("outputs", []))
             return nb, resources
         try:
+            _after_student_code(resources)
             self._apply(nb)
         finally:
             if _CONTEXT.get("plain"):
@@ -761,6 +764,91 @@ def _stderr_as_note(outputs: list) -> list:
 
 
 # ------------------------------------------------------------------ the job
+
+
+# ------------------------------------------------------------------ after the student's code
+
+FILE_CAP = 64 * 1024 * 1024  # the most the worker reads of one file that student code could touch
+
+
+def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a link is never followed) of at most ``cap``
+    bytes; ``OSError`` otherwise."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path.name}: not a regular file")
+        if st.st_size > cap:
+            raise OSError(f"{path.name}: larger than {cap} bytes")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(cap + 1)[:cap]
+    finally:
+        os.close(fd)
+
+
+def _after_student_code(resources: dict) -> None:
+    """Once the notebook has run, before nbgrader writes anything: nothing the student started is
+    left (its kernel, and sealed, its whole namespace), and the folder nbgrader writes the graded
+    notebook into is one no student process could reach or replace.
+
+    A job's autograded folder was the sealed kernel's working folder (reached through a link
+    into the seal's area): it is replaced by a new folder outside the seal holding only what
+    nbgrader put there, taken from trusted copies (the timestamp of the job, the lesson's own
+    files from ``solutions/``). Where the kernel worked in nbgrader's own folder (not sealed),
+    every link and special file it made there is removed.
+    """
+    _drop_early_kernel()
+    _kill_kernels()
+    folder = Path((resources.get("metadata") or {}).get("path") or "")
+    if not folder.name:
+        return
+    if _CONTEXT.get("job"):
+        _fresh_autograded(folder)
+    elif _CONTEXT.get("isolation") != seal.SEALED:
+        _drop_links(folder)
+
+
+def _fresh_autograded(folder: Path) -> None:
+    """Replace a job's autograded folder by a new real one with only nbgrader's own files in it."""
+    lesson = _CONTEXT["lesson"].id
+    student_side = folder.parent
+    kept: dict[str, bytes] = {}
+    timestamp = _CONTEXT.get("timestamp")
+    if timestamp:
+        kept["timestamp.txt"] = timestamp.encode()
+    source_dir = course.ROOT / "solutions" / lesson
+    for path in source_dir.rglob("*") if source_dir.is_dir() else []:
+        rel = path.relative_to(source_dir)
+        if path.is_file() and path.suffix != ".ipynb" and os.path.lexists(folder / rel):
+            kept[str(rel)] = path.read_bytes()
+    fresh = student_side.parent / f".{student_side.name}.graded"
+    shutil.rmtree(fresh, ignore_errors=True)
+    for rel, data in kept.items():
+        target = fresh / folder.name / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    (fresh / folder.name).mkdir(parents=True, exist_ok=True)
+    if student_side.is_symlink() or not student_side.is_dir():
+        student_side.unlink()
+    else:
+        shutil.rmtree(student_side)
+    os.rename(fresh, student_side)
+    assert not student_side.is_symlink() and folder.parent == student_side, lesson
+
+
+def _drop_links(folder: Path) -> None:
+    """Remove every link and special file below ``folder`` (links are not followed)."""
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            path = Path(top) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
 
 
 def _as_restored(nb: Any, lesson: lessons.Lesson) -> Any:
@@ -1044,7 +1132,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     gradebook = _private_gradebook()
     gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
     deny = (list(opts.protect) or default_protected()) + [str(_private_area())]
-    _new_context(root, lesson, opts, deny, job=True)
+    _new_context(root, lesson, opts, deny, job=True, timestamp=job.timestamp)
     autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
     _configure_kernels(root, autograded_dir, deny, opts)
 
@@ -1071,15 +1159,18 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         raise RuntimeError(
             f"nbgrader autograde failed:\n{outcome.get('log', '')[-3000:]}\n{outcome.get('error', '')}"
         )
-    nb = nbformat.read(final, as_version=4)
-    result.notebook = final.read_bytes()
-    # the files nbgrader put beside the notebook (the lesson's own files, the timestamp), not what the
-    # student's code wrote there
+    result.notebook = read_regular(final)
+    nb = nbformat.reads(result.notebook.decode("utf-8"), as_version=4)
+    # the files nbgrader put beside the notebook (the lesson's own files, the timestamp): the folder
+    # was made anew from trusted copies once the student's code had ended (``_after_student_code``)
     source_dir = course.ROOT / "solutions" / job.lesson
     for path in autograded_dir.rglob("*"):
         rel = path.relative_to(autograded_dir)
-        if path.is_file() and path != final and (rel.name == "timestamp.txt" or (source_dir / rel).is_file()):
-            result.files[str(rel)] = path.read_bytes()
+        if path != final and (rel.name == "timestamp.txt" or (source_dir / rel).is_file()):
+            try:
+                result.files[str(rel)] = read_regular(path)
+            except OSError:
+                continue
     ctx = _CONTEXT
     result.phases = ctx["phases"]
     result.cells = ctx["cells"]

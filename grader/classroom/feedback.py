@@ -15,12 +15,21 @@ close that gap and add a summary:
 - ``grader.classroom.cells.CapOutputs`` (last): at most 64 KB of output per
   cell, so a notebook that printed 100 MB still gives a small page.
 
+Everything from the student is escaped before the page is made (``EscapeStudentContent``, which
+``ScrubTracebacks`` also runs, so the configured list needs no new line): outputs keep only text and
+images (no HTML, JavaScript, SVG, Markdown, LaTeX or widgets: they all came from the student's
+kernel), a Markdown or raw cell that is not exactly one of the release is shown as literal text,
+and the summary's messages and diagnoses are character references. The formgrader renders
+autograded notebooks with its own exporter: ``c.HTMLExporter.preprocessors =
+["grader.classroom.feedback.EscapeStudentContent"]`` in nbgrader_config.py covers it too.
+
 Every page written is then scanned for hidden-test lines; a page that shows
 one is deleted and reported, never left for students.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -31,7 +40,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grader import course
-from grader.classroom import lessons
+from grader.classroom import escape, lessons
 
 STATUS_NOTES = {
     "syntax error": "A cell has a syntax error, so the code in it was not defined: fix it and run the cell.",
@@ -94,7 +103,70 @@ class ScrubTracebacks(NbGraderPreprocessor):
                     continue  # output that repeats hidden test code
                 kept.append(out)
             cell.outputs = kept
-        return nb, resources
+        return escape_student_content(nb, resources), resources
+
+
+# ------------------------------------------------------------------ what the student wrote
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@functools.cache
+def _release_cells(path: str, mtime: float, answers: bool) -> dict[str, dict]:
+    try:
+        nb = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not answers:  # an instructor notebook: its model answers are no release text
+        nb = {
+            "cells": [
+                c
+                for c in nb.get("cells", [])
+                if not c.get("metadata", {}).get("nbgrader", {}).get("solution")
+            ]
+        }
+    return escape.release_cells(nb)
+
+
+def release_text(lesson_id: str, notebook: str | None = None) -> dict[str, dict]:
+    """The Markdown and raw cells students were given for ``lesson_id`` (source -> attachments):
+    the release in notebooks/, and the instructor's text cells in solutions/ (no model answers)."""
+    found: dict[str, dict] = {}
+    name = notebook or lesson_id
+    if not SAFE_NAME.fullmatch(str(lesson_id)) or not SAFE_NAME.fullmatch(str(name)):
+        return found
+    for folder, answers in (("notebooks", True), ("solutions", False)):
+        path = course.ROOT / folder / lesson_id / f"{name}.ipynb"
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        for source, attachments in _release_cells(str(path), mtime, answers).items():
+            found.setdefault(source, attachments)
+    return found
+
+
+def _lesson_of(resources: dict) -> tuple[str | None, str | None]:
+    """(lesson, notebook) of a conversion: nbgrader's converters and the formgrader say it differently."""
+    nbg = resources.get("nbgrader") or {}
+    lesson_id = nbg.get("assignment") or resources.get("assignment_id")
+    notebook = nbg.get("notebook") or resources.get("notebook_id")
+    return lesson_id, notebook
+
+
+def escape_student_content(nb: Any, resources: dict) -> Any:
+    """``nb`` with nothing from the student left to run as HTML or script (``escape.sanitise_notebook``):
+    outputs as text and images, the student's Markdown as literal text, the release's kept."""
+    lesson_id, notebook = _lesson_of(resources)
+    release = release_text(lesson_id, notebook) if lesson_id else {}
+    return escape.sanitise_notebook(nb, release)
+
+
+class EscapeStudentContent(NbGraderPreprocessor):
+    """Escape everything the student wrote before a notebook becomes HTML (feedback or formgrader)."""
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        return escape_student_content(nb, resources), resources
 
 
 def _first_lines(message: str) -> tuple[str, str | None]:
@@ -147,9 +219,10 @@ class ResultsSummary(NbGraderPreprocessor):
             what, diagnosis = _first_lines(str(errors[0].get("evalue", "")) if errors else "")
             if not what:
                 what = message
-            fix = html.escape(what)
+            # the message (and so the diagnosis) is text the student's code can choose
+            fix = escape.md_html(what)
             if diagnosis:
-                fix += f"<br><b>Diagnosis:</b> {html.escape(diagnosis)}"
+                fix += f"<br><b>Diagnosis:</b> {escape.md_html(diagnosis)}"
             rows.append((meta["grade_id"], f"{score:g} / {points:g}", "not yet", fix))
         if not rows:
             return nb, resources
@@ -160,7 +233,7 @@ class ResultsSummary(NbGraderPreprocessor):
         lines += ["| check | points | result | what to fix |", "|---|---|---|---|"]
         for gid, pts, result, fix in rows:
             lines.append(
-                f"| `{gid}` | {pts} | {result} | {fix.replace('|', '&#124;').replace(chr(10), ' ')} |"
+                f"| {escape.md_html_code(gid)} | {pts} | {result} | {fix.replace('|', '&#124;').replace(chr(10), ' ')} |"
             )
         lines += ["", "Each check's full message is in the notebook below, under its cell."]
         summary = NotebookNode(cell_type="markdown", metadata={}, source="\n".join(lines))

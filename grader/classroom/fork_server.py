@@ -143,8 +143,22 @@ def _die_with_parent() -> None:
         pass
 
 
+def _enter_boundary(req: dict) -> None:
+    """In a sealed fork server: the notebook's own namespaces, no privilege, the seccomp filter
+    (``boundary``), before anything of the student's runs. Outside the seal there is none."""
+    if "--sealed" in sys.argv:
+        from . import boundary
+
+        boundary.enter([p for p in req.get("writable") or [] if p])
+        tmp = os.environ.get("TMPDIR")
+        if tmp and os.path.isdir(tmp) and os.access(tmp, os.W_OK):
+            os.environ["HOME"] = tmp  # the seal's /tmp is not the notebook's to write in
+
+
 def _run_kernel(req: dict) -> None:
     from . import guard
+
+    _enter_boundary(req)
 
     guard.limit_memory(req.get("memory"))
     guard.install(req["guard"])
@@ -190,6 +204,7 @@ def _open_pipes(pipes: dict, sandbox_side: bool) -> tuple[int, int]:
 def _run_sandbox(req: dict) -> None:
     """The sandbox alone (sealed fork server): its trusted process is a child of the other fork server."""
     rfd, wfd = _open_pipes(req["pipes"], sandbox_side=True)
+    _enter_boundary(req)
     from . import sandbox
 
     sandbox.serve(rfd, wfd, req["sandbox"])
@@ -393,6 +408,10 @@ def serve() -> None:
         _warm_tracebacks()
     from . import guard  # noqa: F401 - loaded once, before any fork
 
+    if "--sealed" in sys.argv:
+        from . import boundary
+
+        boundary.protect_server()  # nothing of the same user can open its /proc files or attach to it
     _freeze()
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker, which closes us
@@ -660,6 +679,14 @@ class _Connection:
         self.returncode = -1
 
 
+ANSWER_SECONDS = 30.0  # the longest a fork server may take to answer one request (a fork, a poll)
+READY_SECONDS = 120.0  # ... or to start (bubblewrap, then PyTorch and the kernel imported)
+
+
+class ServerTimeout(RuntimeError):
+    """A fork server did not answer in time: it was killed (its children with it)."""
+
+
 class ForkServer:
     """The worker's handle on its fork server (started on first use, restarted if it died).
 
@@ -736,13 +763,35 @@ class ForkServer:
             start_new_session=True,
         )
 
+    def _answer(self, seconds: float | None = None) -> bytes:
+        """The server's next line; if none comes within ``seconds`` the server is killed (a stopped or
+        wedged server costs the request that waited, never the run) and ``ServerTimeout`` raised."""
+        proc = self._proc
+        assert proc is not None and proc.stdout
+        seconds = ANSWER_SECONDS if seconds is None else seconds
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            line = proc.stdout.readline()
+        except (OSError, ValueError):
+            line = b""
+        finally:
+            timer.cancel()
+        if expired.is_set():
+            raise ServerTimeout(f"the fork server did not answer within {seconds:.0f} s, and was stopped")
+        return line
+
     def _await_ready(self) -> None:
         assert self._proc is not None and self._proc.stdout
         self._starting = False
-        try:
-            first = self._proc.stdout.readline()
-        except OSError:
-            first = b""
+        first = self._answer(READY_SECONDS)
         if not first.startswith(b'{"ready"'):
             if isinstance(self._proc, _Connection):  # the shared server went away: start our own
                 self._proc.kill()
@@ -761,7 +810,7 @@ class ForkServer:
         while self._unread:
             assert self._proc is not None and self._proc.stdout
             self._unread -= 1
-            self._proc.stdout.readline()
+            self._answer(READY_SECONDS)  # an import of a lesson's modules
 
     def preload(self, modules: list[str]) -> None:
         """Have the server import these modules (those not asked for before), without waiting: its
@@ -796,7 +845,7 @@ class ForkServer:
                 assert self._proc is not None and self._proc.stdin and self._proc.stdout
                 self._proc.stdin.write(json.dumps(message).encode() + b"\n")
                 self._proc.stdin.flush()
-                line = self._proc.stdout.readline()
+                line = self._answer()
             except OSError as e:
                 raise RuntimeError(f"the fork server died ({e})") from None
         if not line:
@@ -826,7 +875,7 @@ class ForkServer:
             assert self._proc is not None and self._proc.stdin and self._proc.stdout
             self._proc.stdin.write(json.dumps({"role": role, **request}).encode() + b"\n")
             self._proc.stdin.flush()
-            answer = json.loads(self._proc.stdout.readline() or b'{"error": "the fork server died"}')
+            answer = json.loads(self._answer() or b'{"error": "the fork server died"}')
         if "pid" not in answer:
             raise RuntimeError(answer.get("error", "the fork server failed"))
         if self.sealed:

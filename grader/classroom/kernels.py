@@ -247,6 +247,8 @@ class GuardedKernelManager(AsyncKernelManager):
                 guard=settings.guard,
                 log=settings.log,
                 threads=settings.threads,
+                # sealed: what the notebook's boundary hands to its unprivileged user
+                writable=[cwd, self._sealed_dir, env.get("TMPDIR")] if self.sealed else [],
             )
             prov = self.provisioner
             assert prov is not None

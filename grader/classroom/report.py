@@ -14,17 +14,22 @@ Written to ``<work>/report/`` (or ``--out``):
   chart, ready for a slide;
 - ``exercises.csv``, ``misconceptions.csv``, ``submissions.csv``: the same
   numbers as tables.
+
+Names, diagnoses, flags and notes can come from what a student handed in (a diagnosis is parsed
+from an error message their code can raise): every CSV cell of text that a spreadsheet would read
+as a formula starts with ``'``, and the Markdown report shows them as escaped text
+(``grader/classroom/escape.py``). ``SafeCsvExport`` does the same for plain ``nbgrader export``.
 """
 
 from __future__ import annotations
 
-import csv
+import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import course
-from grader.classroom import grading
+from grader.classroom import escape, grading
 
 
 @dataclass
@@ -111,7 +116,7 @@ def chart(rep: ClassReport, path: Path, top: int = 8) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(16, 9), dpi=100, gridspec_kw={"width_ratios": [1, 1.3]})
-    names = [f"{s.lesson[:2]} {s.exercise}" for s in rep.exercises]
+    names = [_plain(f"{s.lesson[:2]} {s.exercise}") for s in rep.exercises]
     rates = [100 * s.pass_rate for s in rep.exercises]
     y = range(len(names))
     left.barh(list(y), rates, color="#4c78a8", height=0.6)
@@ -124,7 +129,7 @@ def chart(rep: ClassReport, path: Path, top: int = 8) -> Path:
         left.text(min(r + 1, 88), i, f"{r:.0f}%  ({s.passed}/{s.submissions})", va="center", fontsize=12)
     worst = rep.misconceptions[:top]
     if worst:
-        labels = [_wrap(f"{ex}: {d}", 48) for ex, d, _ in worst]
+        labels = [_plain(_wrap(f"{ex}: {d}", 48)) for ex, d, _ in worst]
         counts = [n for _, _, n in worst]
         yy = range(len(worst))
         right.barh(list(yy), counts, color="#e45756", height=0.6)
@@ -150,6 +155,11 @@ def chart(rep: ClassReport, path: Path, top: int = 8) -> Path:
     return path
 
 
+def _plain(text: str) -> str:
+    """A chart label shown as written: a ``$`` would start matplotlib's mathtext."""
+    return text.replace("$", r"\$")
+
+
 def _wrap(text: str, width: int) -> str:
     if len(text) <= width:
         return text
@@ -159,28 +169,33 @@ def _wrap(text: str, width: int) -> str:
 
 
 def markdown(rep: ClassReport, chart_name: str = "class_report.png") -> str:
+    """The class report; every name, diagnosis, flag and note in it is escaped text (``escape.md_text``)."""
+    t, code = escape.md_text, escape.md_code
     out = ["# Class report", ""]
     out.append(
         f"{rep.submissions} submissions graded. "
-        + ", ".join(f"{k}: {v}" for k, v in sorted(rep.statuses.items()))
+        + ", ".join(f"{t(k)}: {v}" for k, v in sorted(rep.statuses.items(), key=lambda kv: str(kv[0])))
     )
     out += ["", f"![pass rates and misconceptions]({chart_name})", "", "## Pass rate per exercise", ""]
     out += ["| lesson | exercise | passed | pass rate | mean points |", "|---|---|---|---|---|"]
     for s in rep.exercises:
         mean = s.earned / s.submissions if s.submissions else 0
         out.append(
-            f"| {s.lesson} | `{s.exercise}` | {s.passed}/{s.submissions} | {100 * s.pass_rate:.0f}% | "
+            f"| {t(s.lesson)} | {code(s.exercise)} | {s.passed}/{s.submissions} | {100 * s.pass_rate:.0f}% | "
             f"{mean:.1f} / {s.points / max(s.submissions, 1):g} |"
         )
     out += ["", "## Most frequent misconceptions", ""]
     if rep.misconceptions:
         out += ["| exercise | diagnosis | students |", "|---|---|---|"]
-        out += [f"| `{ex}` | {d} | {n} |" for ex, d, n in rep.misconceptions[:20]]
+        out += [f"| {code(ex)} | {t(d)} | {n} |" for ex, d, n in rep.misconceptions[:20]]
     else:
         out.append("None diagnosed.")
     out += ["", "## Flagged for review (signs of tampering)", ""]
     if rep.flagged:
-        out += [f"- **{f['student']}** / {f['lesson']}: " + "; ".join(f["flags"]) for f in rep.flagged]
+        out += [
+            f"- **{t(f['student'])}** / {t(f['lesson'])}: " + "; ".join(t(x) for x in f["flags"])
+            for f in rep.flagged
+        ]
         out.append("")
         out.append(
             "Scores come from the checks re-run outside the student's kernel; these flags only ask for a look."
@@ -195,17 +210,23 @@ def markdown(rep: ClassReport, chart_name: str = "class_report.png") -> str:
         )
         out.append("")
         out += ["| student | lesson | what differs |", "|---|---|---|"]
-        out += [f"| {g['student']} | {g['lesson']} | {g['problem']} |" for g in rep.gradebook]
+        out += [f"| {t(g['student'])} | {t(g['lesson'])} | {t(g['problem'])} |" for g in rep.gradebook]
     else:
         out.append("The gradebook holds exactly what the grading tool wrote.")
     out += ["", "## Did not run cleanly, or repaired", ""]
     if rep.problems:
         out += ["| student | lesson | status | score |", "|---|---|---|---|"]
-        out += [f"| {p['student']} | {p['lesson']} | {p['status']} | {p['score']:g} |" for p in rep.problems]
+        out += [
+            f"| {t(p['student'])} | {t(p['lesson'])} | {t(p['status'])} | {p['score']:g} |"
+            for p in rep.problems
+        ]
     else:
         out.append("None.")
     out += ["", "## Slowest submissions", "", "| student | lesson | seconds | status |", "|---|---|---|---|"]
-    out += [f"| {s['student']} | {s['lesson']} | {s['seconds']:.1f} | {s['status']} |" for s in rep.slowest]
+    out += [
+        f"| {t(s['student'])} | {t(s['lesson'])} | {s['seconds']:.1f} | {t(s['status'])} |"
+        for s in rep.slowest
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -325,10 +346,82 @@ def grades_csv(
     rows, problems = verify(records, only_lessons)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, GRADE_COLUMNS, lineterminator="\n")
+        w = escape.CsvDictWriter(f, GRADE_COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     return path, problems
+
+
+NBGRADER_COLUMNS = GRADE_COLUMNS[: GRADE_COLUMNS.index("max_score") + 1]
+
+
+def _nbgrader_rows(gradebook, assignments: list[str], students: list[str]) -> list[dict]:
+    """The rows of nbgrader's own CSV export (``nbgrader.plugins.CsvExportPlugin``), as values."""
+    from nbgrader.api import MissingEntry
+
+    rows = []
+    for assignment in gradebook.assignments:
+        if assignments and assignment.name not in assignments:
+            continue
+        for student in gradebook.students:
+            if students and student.id not in students:
+                continue
+            row = {
+                "assignment": assignment.name,
+                "duedate": assignment.duedate,
+                "student_id": student.id,
+                "last_name": student.last_name,
+                "first_name": student.first_name,
+                "email": student.email,
+                "max_score": assignment.max_score,
+            }
+            try:
+                sub = gradebook.find_submission(assignment.name, student.id)
+            except MissingEntry:
+                row.update(timestamp="", raw_score=0.0, late_submission_penalty=0.0, score=0.0)
+            else:
+                penalty = sub.late_submission_penalty
+                row.update(
+                    timestamp=sub.timestamp,
+                    raw_score=sub.score,
+                    late_submission_penalty=penalty,
+                    score=max(0.0, sub.score - (penalty or 0.0)),
+                )
+            rows.append({k: "" if v is None else v for k, v in row.items()})
+    return rows
+
+
+@functools.cache
+def _safe_csv_export():
+    from nbgrader.plugins import CsvExportPlugin
+
+    class SafeCsvExport(CsvExportPlugin):
+        """``nbgrader export`` with nbgrader's columns, written by the csv module (a name with a comma
+        stays one cell) and with every text cell that a spreadsheet would run as a formula escaped.
+
+        Used when nbgrader_config.py says ``c.ExportApp.plugin_class =
+        "grader.classroom.report.SafeCsvExport"``.
+        """
+
+        def export(self, gradebook) -> None:
+            dest = self.to or "grades.csv"
+            self.log.info("Exporting grades to %s", dest)
+            rows = _nbgrader_rows(
+                gradebook, [str(a) for a in self.assignment], [str(s) for s in self.student]
+            )
+            with open(dest, "w", newline="") as f:
+                w = escape.CsvDictWriter(f, NBGRADER_COLUMNS, lineterminator="\n")
+                w.writeheader()
+                w.writerows(rows)
+
+    return SafeCsvExport
+
+
+def __getattr__(name: str):
+    # nbgrader is imported only when the plugin is asked for (the report itself does not need it)
+    if name == "SafeCsvExport":
+        return _safe_csv_export()
+    raise AttributeError(name)
 
 
 def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -> dict[str, Path]:
@@ -348,12 +441,12 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
         text = text.replace(
             "# Class report\n",
             f"# Class report\n\n**NOT SEALED: {n} submissions were graded without the operating-system seal "
-            f"({'; '.join(loose)}): their code could read the instructor's files.**\n",
+            f"({'; '.join(escape.md_text(x) for x in loose)}): their code could read the instructor's files.**\n",
             1,
         )
     paths["report"].write_text(text)
     with (out_dir / "exercises.csv").open("w", newline="") as f:
-        w = csv.writer(f)
+        w = escape.csv_writer(f)
         w.writerow(["lesson", "exercise", "submissions", "passed", "pass_rate", "mean_points", "max_points"])
         for s in rep.exercises:
             n = max(s.submissions, 1)
@@ -369,11 +462,11 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
                 ]
             )
     with (out_dir / "misconceptions.csv").open("w", newline="") as f:
-        w = csv.writer(f)
+        w = escape.csv_writer(f)
         w.writerow(["exercise", "diagnosis", "students"])
         w.writerows(rep.misconceptions)
     with (out_dir / "submissions.csv").open("w", newline="") as f:
-        w = csv.writer(f)
+        w = escape.csv_writer(f)
         w.writerow(
             [
                 "student",

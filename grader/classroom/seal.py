@@ -41,7 +41,14 @@ from pathlib import Path
 OFF_VARIABLE = "ATTENTION_COURSE_NO_SEAL"
 RUNTIME = "/opt/course_runtime"  # where the runtime package is mounted inside the seal
 RUNTIME_PACKAGE = "course_runtime"
-RUNTIME_MODULES = ("__init__.py", "guard.py", "sandbox.py", "fork_server.py", "kernel_launcher.py")
+RUNTIME_MODULES = (
+    "__init__.py",
+    "guard.py",
+    "sandbox.py",
+    "fork_server.py",
+    "kernel_launcher.py",
+    "boundary.py",
+)
 SEALED = "sealed"
 NOT_SEALED = "not sealed"
 
@@ -203,11 +210,41 @@ def command(
         args += ["--bind", os.path.realpath(p), os.path.realpath(p)]
     for cache in _font_caches():  # matplotlib's font list, so no cell pays (and prints) its rebuild
         args += ["--ro-bind", cache, f"/tmp/matplotlib/{os.path.basename(cache)}"]
+    args += _passable_parents(args)
     args += ["--clearenv"]
     for name, value in sealed_env(env).items():
         args += ["--setenv", name, value]
     args += ["--chdir", os.path.realpath(cwd), "--"]
     return args + list(argv)
+
+
+def _passable_parents(args: list[str]) -> list[str]:
+    """``--chmod 0755`` for each folder bubblewrap made on the way to a mount point (it makes them
+    0700): a notebook's unprivileged user must pass through them to the Python installation."""
+    mounts: set[str] = set()
+    i = 0
+    while i < len(args):
+        if args[i] in ("--bind", "--ro-bind", "--dev-bind", "--symlink"):
+            mounts.add(args[i + 2])
+            i += 3
+        elif args[i] in ("--tmpfs", "--dir", "--proc", "--dev"):
+            mounts.add(args[i + 1])
+            i += 2
+        else:
+            i += 1
+    made: set[str] = set()
+    for m in mounts:
+        parent = os.path.dirname(m)
+        while parent not in ("/", "") and parent not in made:
+            made.add(parent)
+            parent = os.path.dirname(parent)
+    # a folder that is itself a mount, or lies inside a bound one, is not bubblewrap's to change
+    inside = lambda d: any(d == m or d.startswith(m.rstrip("/") + "/") for m in mounts - {"/tmp"})  # noqa: E731
+    out: list[str] = []
+    for d in sorted(made, key=lambda d: d.count("/")):
+        if not inside(d):
+            out += ["--chmod", "0755", d]
+    return out
 
 
 def _font_caches() -> list[str]:
