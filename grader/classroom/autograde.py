@@ -235,7 +235,6 @@ def _open_box(root: Path, autograded_dir: Path) -> Path:
         )
         return root
     box = Path(tempfile.mkdtemp(prefix="job-", dir=servers.sealed_area()))
-    box.chmod(0o711)  # the notebook's unprivileged user passes through to the folders it is given
     for name in ("tmp", "scratch", "pipes", "ipc"):
         (box / name).mkdir()
     if _CONTEXT.get("job"):  # nbgrader writes the autograded copy where the sealed kernel can work in it
@@ -763,9 +762,6 @@ def _stderr_as_note(outputs: list) -> list:
     return out
 
 
-# ------------------------------------------------------------------ the job
-
-
 # ------------------------------------------------------------------ after the student's code
 
 FILE_CAP = 64 * 1024 * 1024  # the most the worker reads of one file that student code could touch
@@ -784,7 +780,7 @@ def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
         if st.st_size > cap:
             raise OSError(f"{path.name}: larger than {cap} bytes")
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(cap + 1)[:cap]
+            return f.read(cap)
     finally:
         os.close(fd)
 
@@ -836,7 +832,6 @@ def _fresh_autograded(folder: Path) -> None:
     else:
         shutil.rmtree(student_side)
     os.rename(fresh, student_side)
-    assert not student_side.is_symlink() and folder.parent == student_side, lesson
 
 
 def _drop_links(folder: Path) -> None:
@@ -849,6 +844,9 @@ def _drop_links(folder: Path) -> None:
                     path.unlink()
                 except OSError:
                     pass
+
+
+# ------------------------------------------------------------------ the job
 
 
 def _as_restored(nb: Any, lesson: lessons.Lesson) -> Any:

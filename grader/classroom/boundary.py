@@ -375,6 +375,13 @@ def enter(writable: list[str]) -> None:
         os.write(ready_w, f"{type(e).__name__}: {e}".encode()[:500])
         os._exit(70)
     os.close(ready_w)
+    # process 1 stays a plain init: Linux shields it from the signals of its own namespace, and the
+    # student's code, which may signal itself, runs as its child. It reaps what the student leaves,
+    # and leaves with the student's process, which ends the namespace.
+    student = os.fork()
+    if student != 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is for the student's process
+        _leave_with(student)
 
 
 def _private_tmp(owner: tuple[int, int] | None) -> None:
@@ -406,7 +413,8 @@ def _private_tmp(owner: tuple[int, int] | None) -> None:
 
 
 def _inside(root: bool, writable: list[str], alive: int) -> None:
-    """Process 1 of the notebook's PID namespace: its own /proc and /tmp, no privilege, the filter."""
+    """In process 1 of the notebook's PID namespace: its own /proc and temporary folders, no
+    privilege, the filter (inherited by the student's process it then forks)."""
     _check(_LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     # a /proc of this namespace only; where Linux refuses a new one (a user namespace inside
     # bubblewrap's, whose /proc has covered parts) the old one stays: it lists pids of the seal
@@ -438,16 +446,11 @@ def _inside(root: bool, writable: list[str], alive: int) -> None:
     if program is None:
         raise BoundaryError(f"no seccomp filter for {platform.machine()}")
     _install_seccomp(program)
-    # process 1 stays a plain init (Linux shields it from its own namespace's signals, so the
-    # student's code, which may signal itself, runs as its child): it reaps, and leaves with the
-    # student's process, ending the namespace
-    student = os.fork()
-    if student != 0:
-        _init(student)
 
 
-def _init(student: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _leave_with(child: int) -> None:
+    """Wait for ``child`` (reaping any other child meanwhile) and leave with its exit code: killed
+    by a signal, 128 + its number, as a shell says."""
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -455,14 +458,14 @@ def _init(student: int) -> None:
             continue
         except ChildProcessError:
             os._exit(1)
-        if pid == student:
+        if pid == child:
             code = os.waitstatus_to_exitcode(status)
             os._exit(code if code >= 0 else 128 - code)
 
 
 def _proxy(child: int, ready: int) -> None:
-    """The forked child outside the notebook's namespaces: wait for process 1 inside, leave with its
-    exit code. SIGTERM kills the notebook; SIGINT reaches the student's process directly (same
+    """The forked child outside the notebook's namespaces: wait for process 1 inside and leave with
+    its exit code. SIGTERM kills the notebook; SIGINT reaches the student's process directly (same
     process group) and is ignored here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
@@ -478,15 +481,6 @@ def _proxy(child: int, ready: int) -> None:
     if why:
         sys.stderr.write(f"the notebook's boundary could not be made: {why.decode(errors='replace')}\n")
         sys.stderr.flush()
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            os._exit(1)
-    if why:
+        os.waitpid(child, 0)
         os._exit(70)
-    code = os.waitstatus_to_exitcode(status)
-    os._exit(code if code >= 0 else 128 - code)  # killed by a signal: 128 + its number, as a shell says
+    _leave_with(child)

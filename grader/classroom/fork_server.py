@@ -785,6 +785,10 @@ class ForkServer:
         finally:
             timer.cancel()
         if expired.is_set():
+            try:
+                proc.wait(timeout=10)  # gone before anyone asks whether it is alive
+            except subprocess.TimeoutExpired:
+                pass
             raise ServerTimeout(f"the fork server did not answer within {seconds:.0f} s, and was stopped")
         return line
 

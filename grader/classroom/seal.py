@@ -219,31 +219,31 @@ def command(
 
 
 def _passable_parents(args: list[str]) -> list[str]:
-    """``--chmod 0755`` for each folder bubblewrap made on the way to a mount point (it makes them
-    0700): a notebook's unprivileged user must pass through them to the Python installation."""
-    mounts: set[str] = set()
-    i = 0
-    while i < len(args):
-        if args[i] in ("--bind", "--ro-bind", "--dev-bind", "--symlink"):
-            mounts.add(args[i + 2])
-            i += 3
-        elif args[i] in ("--tmpfs", "--dir", "--proc", "--dev"):
-            mounts.add(args[i + 1])
-            i += 2
-        else:
-            i += 1
-    made: set[str] = set()
-    for m in mounts:
-        parent = os.path.dirname(m)
-        while parent not in ("/", "") and parent not in made:
-            made.add(parent)
-            parent = os.path.dirname(parent)
-    # a folder that is itself a mount, or lies inside a bound one, is not bubblewrap's to change
-    inside = lambda d: any(d == m or d.startswith(m.rstrip("/") + "/") for m in mounts - {"/tmp"})  # noqa: E731
+    """``--chmod 0755`` for each folder bubblewrap makes on the way to a mount point (it makes them
+    0700): a notebook's unprivileged user must pass through them to the Python installation.
+    A folder that is bound from the host, or lies inside one, is not bubblewrap's to change."""
+    targets, bound = set(), set()
+    for i, flag in enumerate(args):
+        if flag in ("--bind", "--ro-bind", "--dev-bind", "--symlink"):
+            targets.add(args[i + 2])
+            bound.add(args[i + 2])
+        elif flag in ("--tmpfs", "--dir", "--proc", "--dev"):
+            targets.add(args[i + 1])
+    made = {parent for t in targets for parent in _parents(t)}
     out: list[str] = []
     for d in sorted(made, key=lambda d: d.count("/")):
-        if not inside(d):
+        if not any(d == b or d.startswith(b + "/") for b in bound):
             out += ["--chmod", "0755", d]
+    return out
+
+
+def _parents(path: str) -> list[str]:
+    """The folders above ``path``, ``/`` left out."""
+    out = []
+    parent = os.path.dirname(path)
+    while parent not in ("/", ""):
+        out.append(parent)
+        parent = os.path.dirname(parent)
     return out
 
 

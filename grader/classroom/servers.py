@@ -138,7 +138,6 @@ def sealed_area() -> str:
             if pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 shutil.rmtree(old, ignore_errors=True)
         _AREA = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
-        os.chmod(_AREA, 0o711)  # inside the seal, a notebook's unprivileged user passes through it
         atexit.register(shutil.rmtree, _AREA, True)
     return _AREA
 
