@@ -4,14 +4,16 @@ The sealed fork server (``fork_server --sealed``, inside bubblewrap) serves ever
 one grading worker. Each kernel or sandbox it forks first calls ``enter``, which puts the
 student's code where nothing of the server, or of any other notebook, can be reached:
 
-- **its own namespaces**: new PID, mount, network, IPC and UTS namespaces (and, when the
-  server is not root, a user namespace), made by the forked child (``unshare``) and entered by a
-  second fork: the student's process is process 1 of a PID namespace that holds nothing
-  else, with a ``/proc`` of its own, so the fork server, its pipes and other notebooks have no
-  process id, no ``/proc`` entry and no file descriptor the student can name. When that
-  process ends, Linux kills everything left in its namespace: nothing the student started
-  outlives the notebook. The forked child stays outside as a proxy (``_proxy``) that the
-  fork server knows by its pid: it waits for the student's process and passes on its exit.
+- **its own namespaces**: a new PID namespace, made by the server for the child it is about to
+  fork (``new_pid_namespace``): its process 1 is a do-nothing ``sleep`` and the child is
+  process 2. The child then makes new mount, network, IPC and UTS namespaces (``unshare``),
+  with a ``/proc`` of its own that hides other users' processes. So the fork server, its pipes
+  and other notebooks have no process id, no ``/proc`` entry and no file descriptor the
+  student can name. When the child ends, the server kills process 1, and Linux kills
+  everything left in the namespace: nothing the student started outlives the notebook.
+  Where the server is not root, the child does all this itself (``enter``), in a user
+  namespace of the same user. It stays outside as a proxy (``_proxy``), forks process 1 of the
+  new namespace, and that process forks the student's.
 - **no privilege**: when the server is root it changes to ``nobody`` (65534) after giving that
   user the notebook's own writable folders; in every case the capability bounding set and the
   process's capabilities are emptied, ``no_new_privs`` is set, and a seccomp filter
@@ -345,13 +347,48 @@ def available() -> bool:
     return _LIBC is not None and sys.platform.startswith("linux")
 
 
-def enter(writable: list[str]) -> None:
+_OWN_PID_NS: int | None = None  # the fork server's own PID namespace (an open descriptor)
+SLEEPER = "/usr/bin/sleep"  # what process 1 of a namespace the server makes runs: nothing at all
+
+
+def new_pid_namespace() -> int | None:
+    """In the (root) fork server, just before it forks a process for student code: make the next
+    child of this process the second process of a new PID namespace whose process 1 is a
+    do-nothing process spawned now (``SLEEPER``, no descriptor of the server's). Returns that
+    process's pid, which the server kills when the child ends (and with it the namespace); None
+    where this process cannot (not root): the child then makes its namespace itself (``enter``).
+
+    The child is not process 1, which Linux shields from its own namespace's signals: student
+    code that signals itself ends as it would anywhere. Made here, the namespace costs no fork
+    of the server's memory beyond the child's own."""
+    global _OWN_PID_NS
+    if os.geteuid() != 0 or not available() or not os.path.exists(SLEEPER):
+        return None
+    if _OWN_PID_NS is None:
+        _OWN_PID_NS = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    # children in this process's own namespace again (the last one made is gone), then a new one
+    if _LIBC.setns(_OWN_PID_NS, CLONE_NEWPID) != 0 or _LIBC.unshare(CLONE_NEWPID) != 0:
+        return None
+    null = (os.O_RDWR, 0)
+    actions = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, *null) for fd in (0, 1, 2)]
+    try:
+        return os.posix_spawn(SLEEPER, [SLEEPER, "infinity"], {}, file_actions=actions, setsid=True)
+    except OSError:
+        _LIBC.setns(_OWN_PID_NS, CLONE_NEWPID)
+        return None
+
+
+def enter(writable: list[str], in_new_pid_namespace: bool = False) -> None:
     """Called in a process just forked (one thread) to run student code: make the notebook's
     boundary and return inside it, unprivileged. The calling process becomes the proxy that the
     fork server knows (it never returns). Raises ``BoundaryError`` if any step fails: then no
     student code may run."""
     if not available():
         raise BoundaryError("no C library to make a boundary with")
+    if in_new_pid_namespace:  # the server made it (``new_pid_namespace``): the rest is this process's
+        _check(_LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+        _inside(True, writable, None)
+        return
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     root = os.geteuid() == 0 and _LIBC.unshare(flags) == 0
@@ -412,14 +449,17 @@ def _private_tmp(owner: tuple[int, int] | None) -> None:
         _give([mpl], *owner)
 
 
-def _inside(root: bool, writable: list[str], alive: int) -> None:
-    """In process 1 of the notebook's PID namespace: its own /proc and temporary folders, no
-    privilege, the filter (inherited by the student's process it then forks)."""
+def _inside(root: bool, writable: list[str], alive: int | None) -> None:
+    """In the notebook's PID namespace: its own /proc and temporary folders, no privilege, the
+    filter."""
     _check(_LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     # a /proc of this namespace only; where Linux refuses a new one (a user namespace inside
     # bubblewrap's, whose /proc has covered parts) the old one stays: it lists pids of the seal
     # that this namespace cannot name, and the fork server is non-dumpable
-    _LIBC.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    # processes of other users (the namespace's root-owned process 1) are not even listed there
+    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if _LIBC.mount(b"proc", b"/proc", b"proc", proc_flags, b"hidepid=2") != 0:
+        _LIBC.mount(b"proc", b"/proc", b"proc", proc_flags, None)
     _private_tmp((NOBODY, NOBODY) if root else None)
     if root:
         _give(writable, NOBODY, NOBODY)
@@ -436,9 +476,10 @@ def _inside(root: bool, writable: list[str], alive: int) -> None:
     # the proxy killed: this process, and with it the whole namespace, ends (set only now: a change
     # of user clears it); a proxy already gone shows as the end of the pipe it holds
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if select.select([alive], [], [], 0)[0]:
-        os._exit(70)
-    os.close(alive)
+    if alive is not None:
+        if select.select([alive], [], [], 0)[0]:
+            os._exit(70)
+        os.close(alive)
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")

@@ -28,6 +28,10 @@ _END = object()
 RUN_AREA = "ATTENTION_COURSE_RUN_AREA"
 
 
+class JobTimeout(TimeoutError):
+    """A job ran past the run's deadline for one job: its worker was stopped."""
+
+
 def default_workers() -> int:
     """One worker per core this process may use."""
     try:
@@ -41,7 +45,11 @@ class Executor:
 
     workers: int = 1
 
-    def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    def run(
+        self, fn: Callable[[Any], Any], jobs: Iterable[Any], deadline: float | None = None
+    ) -> Iterator[tuple[Any, Any]]:
+        """``deadline``: the most seconds one job may run; past it the job's result is a
+        ``JobTimeout`` and its worker is replaced (where the executor can stop one)."""
         raise NotImplementedError
 
     def start(self, jobs: int | None = None) -> None:
@@ -223,7 +231,10 @@ class LocalExecutor(Executor):
             for _ in range(min(self.workers, jobs or self.workers)):
                 self._pool.submit(_ready)
 
-    def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    def run(
+        self, fn: Callable[[Any], Any], jobs: Iterable[Any], deadline: float | None = None
+    ) -> Iterator[tuple[Any, Any]]:
+        import time
         from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
@@ -231,6 +242,7 @@ class LocalExecutor(Executor):
         pending: list[Any] = []
         attempts: dict[int, int] = {}
         in_flight: dict[Any, Any] = {}
+        running_since: dict[Any, float] = {}  # when each future was first seen running
         if self._pool is None:
             self._pool = self._new_pool()
         window = 2 * self.workers
@@ -254,9 +266,25 @@ class LocalExecutor(Executor):
                     in_flight[self._pool.submit(fn, job)] = job
             if not in_flight:
                 break
-            done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            done, _ = wait(list(in_flight), timeout=1.0 if deadline else None, return_when=FIRST_COMPLETED)
             broken = []
+            if deadline and not done:
+                late = self._late(in_flight, running_since, deadline, time.monotonic())
+                if late:
+                    for fut in late:
+                        yield (
+                            in_flight.pop(fut),
+                            JobTimeout(f"could not be graded: timed out after {deadline:.0f} s"),
+                        )
+                    # a worker cannot be stopped alone: the others' jobs start again, not counted as attempts
+                    pending += list(in_flight.values())
+                    in_flight.clear()
+                    running_since.clear()
+                    self._stop_pools([self._pool])
+                    self._pool = self._new_pool()
+                    continue
             for fut in done:
+                running_since.pop(fut, None)
                 job = in_flight.pop(fut)
                 try:
                     yield job, fut.result()
@@ -278,11 +306,20 @@ class LocalExecutor(Executor):
                     else:
                         pending.append(job)
 
-    def close(self) -> None:
-        if self._pool is None and self._helper is None:
-            self._remove_run_area()
-            return
-        pools = [p for p in (self._pool, self._helper) if p is not None]
+    @staticmethod
+    def _late(in_flight: dict, running_since: dict, deadline: float, now: float) -> list:
+        """The futures running for longer than ``deadline`` (a future counts from when it is seen
+        running: queued ones wait their turn)."""
+        late = []
+        for fut in in_flight:
+            if fut.running():
+                if now - running_since.setdefault(fut, now) > deadline:
+                    late.append(fut)
+        return late
+
+    @staticmethod
+    def _stop_pools(pools: list) -> None:
+        """Stop these pools' worker processes now (terminated, then killed if they linger)."""
         processes = [p for pool in pools for p in getattr(pool, "_processes", {}).values()]
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -297,6 +334,12 @@ class LocalExecutor(Executor):
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+    def close(self) -> None:
+        if self._pool is None and self._helper is None:
+            self._remove_run_area()
+            return
+        self._stop_pools([p for p in (self._pool, self._helper) if p is not None])
         self._pool = self._helper = None
         self._remove_run_area()
         if self._forked:
@@ -337,7 +380,11 @@ class DaskExecutor(Executor):
             self._client = Client(self._cluster)
         self.workers = max(1, len(self._client.scheduler_info().get("workers", {})) or (workers or 1))
 
-    def run(self, fn: Callable[[Any], Any], jobs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    def run(
+        self, fn: Callable[[Any], Any], jobs: Iterable[Any], deadline: float | None = None
+    ) -> Iterator[tuple[Any, Any]]:
+        """(``deadline`` is not enforced on a cluster: each job's own deadlines, per notebook and per
+        request to a fork server, still hold there.)"""
         from distributed import as_completed
 
         source = iter(jobs)

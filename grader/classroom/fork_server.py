@@ -93,9 +93,17 @@ def _reap(*_: Any) -> None:
             continue
         _children.discard(pid)
         _exited[pid] = os.waitstatus_to_exitcode(status)
+        init = _inits.pop(pid, None)
+        if init is not None:  # not reaped yet (it never ends by itself): the pid is still its own
+            try:
+                os.kill(init, signal.SIGKILL)  # and with it everything left in the namespace
+            except OSError:
+                pass
 
 
 _children: set[int] = set()
+_inits: dict[int, int] = {}  # a child's PID namespace's process 1 (sealed, root): killed when the child ends
+_IN_NEW_PID_NS = False  # in a child: forked into a PID namespace the server made for it
 _exited: dict[int, int] = {}  # exit codes of children that ended (polled by a sealed fork server's worker)
 
 
@@ -149,7 +157,7 @@ def _enter_boundary(req: dict) -> None:
     if "--sealed" in sys.argv:
         from . import boundary
 
-        boundary.enter([p for p in req.get("writable") or [] if p])
+        boundary.enter([p for p in req.get("writable") or [] if p], in_new_pid_namespace=_IN_NEW_PID_NS)
         tmp = os.environ.get("TMPDIR")
         if tmp and os.path.isdir(tmp) and os.access(tmp, os.W_OK):
             os.environ["HOME"] = tmp  # the seal's /tmp is not the notebook's to write in
@@ -335,6 +343,7 @@ def _reset(keep: list[str]) -> int:
         time.sleep(0.02)
         _reap()
     _children.clear()
+    _inits.clear()
     _exited.clear()
     keep_real = [os.path.realpath(k) for k in keep]
     for folder in ("/tmp", "/var/tmp", "/dev/shm"):
@@ -492,6 +501,7 @@ def _serve_many(listen_fd: int) -> None:
 
 def _answer(req: dict, trusted_only: bool) -> dict:
     """One request's answer: an operation's result, or the pid of the child forked for it."""
+    global _IN_NEW_PID_NS
     if "op" in req:
         return _operate(req)
     role = ROLES.get(req.get("role"))
@@ -502,10 +512,16 @@ def _answer(req: dict, trusted_only: bool) -> dict:
         return {"error": why}
     # no reaping between fork() and noting the child: its exit code must not be lost or stale
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    init = None
+    if "--sealed" in sys.argv and role in (_run_kernel, _run_sandbox):
+        from . import boundary
+
+        init = boundary.new_pid_namespace()
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
+            _IN_NEW_PID_NS = init is not None
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             _child_common(req)
             role(req)
@@ -524,6 +540,8 @@ def _answer(req: dict, trusted_only: bool) -> dict:
         pass
     _exited.pop(pid, None)  # a pid of this namespace used before
     _children.add(pid)
+    if init is not None:
+        _inits[pid] = init
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     return {"pid": pid}
 

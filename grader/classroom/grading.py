@@ -447,6 +447,9 @@ def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options)
 
 
 SUBMISSIONS_PER_WORKER = 8  # by default, no more workers than one per this many submissions to grade
+# a job may run this much longer than its notebook's time limit (the checks, nbgrader's own steps)
+# before its worker is stopped and the submission reported "could not be graded: timed out"
+JOB_GRACE = 120
 
 
 def grade(
@@ -505,7 +508,10 @@ def grade(
         template_bytes = template()
         by_key = {(s.student, s.lesson): s for s in todo}
         bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
-        for job, result in ex.run(jobs.run, _job_stream(todo, template_bytes, options)):
+        job_deadline = options.notebook_timeout + JOB_GRACE
+        for job, result in ex.run(
+            jobs.run, _job_stream(todo, template_bytes, options), deadline=job_deadline
+        ):
             sub = by_key[(job.student, job.lesson)]
             if isinstance(result, BaseException):
                 result = JobResult(job.student, job.lesson, job.digest, "grading failed", error=repr(result))
