@@ -339,3 +339,28 @@ def test_a_job_past_its_deadline_is_reported_and_the_others_are_still_done():
     assert time.monotonic() - started < 60
     assert isinstance(results[600], JobTimeout) and "timed out" in str(results[600])
     assert [results[t] for t in (0.2, 0.3, 0.1)] == [None, None, None]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\ndef softmax(Z, dim=-1, f=torch.softmax):\n    with torch._C.DisableTorchFunction():\n"
+        "        return f(Z, dim)",
+        "from torch.utils._python_dispatch import _disable_current_modes",
+        "import torch\nwith torch._C._DisableTorchDispatch():\n    pass",
+    ],
+)
+def test_code_that_turns_off_the_rules_watch_is_flagged_for_review(code):
+    """The lessons' rules are watched by a torch function mode, which code in the student's own
+    process can switch off: that is flagged for a look (the rule itself is best effort)."""
+    from grader.classroom import tamper_scan
+
+    assert "turns off the course's watch on torch calls (the lesson's rules)" in tamper_scan.scan([code])
+
+
+def test_a_subclass_unwrapped_for_speed_is_not_flagged():
+    """``DisableTorchFunctionSubclass`` only unwraps tensor subclasses (the watch still sees the calls)."""
+    from grader.classroom import tamper_scan
+
+    code = "import torch\nwith torch._C.DisableTorchFunctionSubclass():\n    x = torch.ones(2)"
+    assert tamper_scan.scan([code]) == []

@@ -47,6 +47,7 @@ import sys
 
 NOBODY = 65534
 FILE_LIMIT = 256 * 1024 * 1024  # the largest file student code may write (bytes)
+TMP_SIZE = 64 * 1024 * 1024  # each of a notebook's own /var/tmp and /dev/shm (memory, bytes)
 PROCESS_LIMIT = 1024  # processes and threads of ``nobody`` (only where the server is root)
 
 CLONE_NEWNS = 0x00020000
@@ -67,7 +68,7 @@ NAMESPACE_FLAGS = (
     | CLONE_NEWNET
     | CLONE_NEWTIME
 )
-MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x4000, 0x40000, 0x2, 0x4, 0x8
+MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 0x4000, 0x40000, 0x2, 0x4, 0x8, 0x1000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
 SECCOMP_MODE_FILTER = 2
 TIOCSTI = 0x5412
@@ -378,6 +379,13 @@ def new_pid_namespace() -> int | None:
         return None
 
 
+def restore_pid_namespace() -> None:
+    """In the server, right after it forked into a namespace of ``new_pid_namespace``: its next
+    children are its own again, so nothing else it starts can land in a student's namespace."""
+    if _OWN_PID_NS is not None:
+        _LIBC.setns(_OWN_PID_NS, CLONE_NEWPID)
+
+
 def enter(writable: list[str], in_new_pid_namespace: bool = False) -> None:
     """Called in a process just forked (one thread) to run student code: make the notebook's
     boundary and return inside it, unprivileged. The calling process becomes the proxy that the
@@ -435,18 +443,30 @@ def _private_tmp(owner: tuple[int, int] | None) -> None:
                     fonts[name] = f.read(8 * 1024 * 1024)
     else:
         os.makedirs(mpl, 0o755)
-    options = f"size={FILE_LIMIT},mode=1777".encode()
-    for where in ("/var/tmp", "/dev/shm", mpl):
+    for where, size in (("/var/tmp", TMP_SIZE), ("/dev/shm", TMP_SIZE), (mpl, 16 * 1024 * 1024)):
         if os.path.isdir(where):
+            options = f"size={size},mode=1777".encode()
             _check(
                 _LIBC.mount(b"tmpfs", where.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
                 f"tmpfs on {where}",
             )
+    _private_ptys()
     for name, data in fonts.items():
         with open(os.path.join(mpl, name), "wb") as f:
             f.write(data)
     if owner is not None:
         _give([mpl], *owner)
+
+
+def _private_ptys() -> None:
+    """Terminals of this notebook's own (a new ``devpts`` instance), so no other notebook can open
+    one of them, read what it shows or type into it."""
+    if not os.path.isdir("/dev/pts"):
+        return
+    options = b"newinstance,ptmxmode=0666,mode=0620"
+    _check(_LIBC.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | MS_NOEXEC, options), "devpts")
+    if os.path.exists("/dev/ptmx") and not os.path.islink("/dev/ptmx"):
+        _check(_LIBC.mount(b"/dev/pts/ptmx", b"/dev/ptmx", None, MS_BIND, None), "bind /dev/ptmx")
 
 
 def _inside(root: bool, writable: list[str], alive: int | None) -> None:

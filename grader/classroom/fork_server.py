@@ -518,6 +518,8 @@ def _answer(req: dict, trusted_only: bool) -> dict:
 
         init = boundary.new_pid_namespace()
     pid = os.fork()
+    if pid != 0 and init is not None:
+        boundary.restore_pid_namespace()
     if pid == 0:
         code = 0
         try:

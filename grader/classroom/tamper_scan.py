@@ -84,6 +84,15 @@ TEXT_SIGNS = [
         "starts other programs",
     ),
     (re.compile(r"\b(socket|http\.client|requests)\b"), "opens network connections"),
+    # the watch that enforces a lesson's rules (no torch.softmax, ...) is a torch function mode:
+    # code that turns modes off can call a forbidden function unseen, so it is flagged for a look
+    (
+        re.compile(
+            r"\b(DisableTorchFunction|_DisableTorchDispatch|_disable_current_modes|_pop_torch_function_stack"
+            r"|_pop_mode|_set_torch_function_mode|_len_torch_function_stack)\b"
+        ),
+        "turns off the course's watch on torch calls (the lesson's rules)",
+    ),
 ]
 
 
