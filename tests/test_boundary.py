@@ -85,13 +85,13 @@ def test_the_seccomp_filter_is_a_program_for_this_machine():
 
 @needs_seal
 def test_student_code_runs_unprivileged_in_a_namespace_of_its_own(kernel_settings, sealed_fork_server):
-    """No capability, no_new_privs, the filter, process 1 of a PID namespace with nothing else in it;
+    """No capability, no_new_privs, the filter, a PID namespace with nothing else of anyone's in it;
     the calls that crossed the seal before (open_by_handle_at, ptrace, namespaces) fail."""
     nb = _run([_PROBE], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
     seen = _probe(nb)
     assert seen["uid"] != 0
     if os.geteuid() == 0:
-        assert seen["uid"] == boundary.NOBODY
+        assert boundary.UID_BASE <= seen["uid"] < boundary.UID_BASE + boundary.UID_RANGE
     assert seen["CapEff"] == seen["CapBnd"] == "0000000000000000"
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2"
     # the second process of its namespace: process 1 is a do-nothing init, and its parent (the fork
@@ -119,6 +119,7 @@ setsid sh -c 'sleep 0.5; while true; do echo planted > "$1/planted.py" 2>/dev/nu
 echo planted > /tmp/planted.py 2>/dev/null && echo "PLANTED /tmp"
 echo planted > /dev/shm/planted 2>/dev/null && echo "PLANTED shm"
 echo planted > /tmp/matplotlib/matplotlibrc 2>/dev/null && echo "PLANTED mpl"
+echo "USER $(id -u)"
 echo done
 '''
 print(subprocess.run(["/bin/sh", "-c", attack], capture_output=True, text=True, timeout=20).stdout)
@@ -142,8 +143,8 @@ def test_one_notebook_cannot_reach_the_fork_server_or_the_notebooks_after_it(
     )
     said = _texts(first)
     assert "done" in said, said
-    # the only process it can name is its own kernel (process 1 of its namespace, which a signal
-    # from inside cannot stop); /dev/shm and matplotlib's folder are its own too, and die with it
+    # it can name no process but its own (process 1 of its namespace at most, which ends with it);
+    # /dev/shm and matplotlib's folder are its own too, and die with it
     reached = set(re.findall(r"(?:WROTE|READ|STOPPED) (\d+)", said))
     assert reached <= {"1"}, said  # its namespace's process 1 at most, which ends with it
     assert "PLANTED /tmp" not in said, said
@@ -153,6 +154,7 @@ def test_one_notebook_cannot_reach_the_fork_server_or_the_notebooks_after_it(
     second = _run(
         [
             "import os, sys\n"
+            "print('USER', os.getuid())\n"
             "print('SHM', os.listdir('/dev/shm'))\n"
             "print('MPL', sorted(os.listdir('/tmp/matplotlib')))\n"
             "print('RUNS', 'planted' in sys.modules)"
@@ -161,8 +163,11 @@ def test_one_notebook_cannot_reach_the_fork_server_or_the_notebooks_after_it(
         kernel_settings,
         sealed_fork_server,
     )
+    users = re.findall(r"USER (\d+)", said)
     said = _texts(second)
     assert "SHM []" in said and "RUNS False" in said and "matplotlibrc" not in said, said
+    if os.geteuid() == 0:  # each notebook a user of its own: no process or file of one is the other's
+        assert users and users != re.findall(r"USER (\d+)", said), (users, said)
 
 
 @needs_seal

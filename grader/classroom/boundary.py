@@ -14,14 +14,15 @@ student's code where nothing of the server, or of any other notebook, can be rea
   Where the server is not root, the child does all this itself (``enter``), in a user
   namespace of the same user. It stays outside as a proxy (``_proxy``), forks process 1 of the
   new namespace, and that process forks the student's.
-- **no privilege**: when the server is root it changes to ``nobody`` (65534) after giving that
-  user the notebook's own writable folders; in every case the capability bounding set and the
+- **no privilege**: when the server is root it changes to a user id of the notebook's own
+  (``UID_BASE`` and up, no account's) after giving that user the notebook's writable folders; in every case the capability bounding set and the
   process's capabilities are emptied, ``no_new_privs`` is set, and a seccomp filter
   (``seccomp_filter``) refuses the calls that reach past a namespace or into another process:
   ``ptrace``, ``process_vm_*``, ``open_by_handle_at``, mounts, ``unshare``/``setns`` and
   namespace flags of ``clone``, ``keyctl``, ``bpf``, module loading, ``perf_event_open``,
   ``userfaultfd``, ``io_uring``, ``TIOCSTI`` and the rest of ``DENIED``.
-- **limits**: file size (``FILE_LIMIT``), core files off, and for ``nobody`` a process count.
+- **limits**: file size (``FILE_LIMIT``), core files off, and for the notebook's user a process
+  count (Linux counts it per user, so one notebook's processes never use up another's).
 
 The fork server itself is made non-dumpable (``protect_server``): even a process of the same
 user cannot open its ``/proc`` files or attach to it.
@@ -45,10 +46,14 @@ import signal
 import struct
 import sys
 
-NOBODY = 65534
+# where grading runs as root, each notebook's processes get a user id of their own, drawn from this
+# range (no account has one): no other notebook's processes or files are theirs, and the process
+# limit, which Linux counts per user across the machine, is each notebook's alone
+UID_BASE = 2_000_000_000
+UID_RANGE = 1 << 24
 FILE_LIMIT = 256 * 1024 * 1024  # the largest file student code may write (bytes)
 TMP_SIZE = 64 * 1024 * 1024  # each of a notebook's own /var/tmp and /dev/shm (memory, bytes)
-PROCESS_LIMIT = 1024  # processes and threads of ``nobody`` (only where the server is root)
+PROCESS_LIMIT = 1024  # processes and threads of a notebook's user (only where the server is root)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -480,17 +485,18 @@ def _inside(root: bool, writable: list[str], alive: int | None) -> None:
     proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     if _LIBC.mount(b"proc", b"/proc", b"proc", proc_flags, b"hidepid=2") != 0:
         _LIBC.mount(b"proc", b"/proc", b"proc", proc_flags, None)
-    _private_tmp((NOBODY, NOBODY) if root else None)
-    if root:
-        _give(writable, NOBODY, NOBODY)
+    user = UID_BASE + int.from_bytes(os.urandom(3), "little") % UID_RANGE if root else None
+    _private_tmp((user, user) if user is not None else None)
+    if user is not None:
+        _give(writable, user, user)
         resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
     for cap in range(64):  # the bounding set (needs CAP_SETPCAP: emptied while it is still there)
         if _prctl(PR_CAPBSET_DROP, cap) != 0 and ctypes.get_errno() == errno.EINVAL:
             break
     if root:
         os.setgroups([])
-        os.setresgid(NOBODY, NOBODY, NOBODY)
-        os.setresuid(NOBODY, NOBODY, NOBODY)  # every capability goes with uid 0
+        os.setresgid(user, user, user)
+        os.setresuid(user, user, user)  # every capability goes with uid 0
         _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files are its own again
     _drop_capabilities()
     # the proxy killed: this process, and with it the whole namespace, ends (set only now: a change
