@@ -123,6 +123,39 @@ def work_dir() -> Path:
     return Path(os.environ.get("ATTENTION_COURSE_WORK", ROOT / "_grading"))
 
 
+def secret(folder: Path | None = None) -> bytes:
+    """The course's grading secret: made once (32 random bytes, readable by the instructor alone) in
+    the work folder, beside the gradebook, where student code never reaches."""
+    path = (folder or work_dir()) / ".hidden-cases-secret"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f"{path.name}.{os.getpid()}")
+    fresh.write_text(os.urandom(32).hex())
+    fresh.chmod(0o600)
+    try:
+        os.link(fresh, path)  # the first of several racing processes wins; all then read its secret
+    except FileExistsError:
+        pass
+    finally:
+        fresh.unlink()
+    return bytes.fromhex(path.read_text().strip())
+
+
+def case_salt(lesson: str, student: str, code: list[str]) -> int:
+    """What shifts the seeds of a submission's hidden cases: drawn from the course secret, the lesson,
+    the student and the student's code, so each attempt meets inputs of its own, and a regrade of the
+    same notebook the same ones."""
+    import hashlib
+    import hmac
+
+    text = "\0".join([lesson, student, *code]).encode("utf-8", "surrogatepass")
+    digest = hmac.new(secret(), text, hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big") >> 2
+
+
 def submission_path(lesson: str, student: str, root: Path = ROOT) -> Path:
     """Where nbgrader expects a student's submitted notebook for a lesson."""
     return work_dir() / "submitted" / student / lesson / f"{lesson}.ipynb"

@@ -561,10 +561,21 @@ def _fail(ex: Exercise, case: Case | str | None, problem: str, trap: Trap | None
         lines += [f"  Case: {case.label}", f"  Inputs: {describe_call(ex, case)}"]
     elif case:
         lines.append(f"  Case: {case}")
-    lines.append(f"  What differs: {problem}")
+    lines.append(f"  What differs: {_cut(problem, MAX_PROBLEM)}")
     if trap is not None:
         lines.append(f"  Diagnosis: {trap.name}. {trap.hint}")
     return AssertionError("\n".join(lines))
+
+
+# Feedback says what differs on the first failing case, never more: a message of the student's own
+# (an error's text, the repr of what was returned) is cut, so no feedback page lists the hidden inputs.
+MAX_PROBLEM = 600
+MAX_STUDENT_TEXT = 240
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(str(text).split()) if len(text) > limit else text
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026 (cut)"
 
 
 def _inputs_changed(original: tuple, after: tuple) -> str | None:
@@ -589,7 +600,7 @@ def is_stub(err: BaseException) -> bool:
 
 def _raised(fn: Any, case: Case, err: BaseException) -> str:
     """What a raised error means, with a shape error put into words (naming both shapes)."""
-    problem = f"it raised {type(err).__name__}: {err}"
+    problem = f"it raised {type(err).__name__}: {_cut(_text(err), MAX_STUDENT_TEXT)}"
     if isinstance(err, RuntimeError):
         if hasattr(fn, "__globals__"):  # run it again, watching which shapes met
             with watch_shapes():
@@ -600,6 +611,13 @@ def _raised(fn: Any, case: Case, err: BaseException) -> str:
         if words:
             problem += " " + words
     return problem
+
+
+def _text(err: BaseException) -> str:
+    try:
+        return str(err)
+    except Exception:  # noqa: BLE001 - a student's exception whose __str__ fails
+        return ""
 
 
 def _forbidden_message(ex: Exercise, calls: Sequence[str]) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -181,3 +184,21 @@ def run_and_read(path: Path, expressions: dict[str, str], timeout: int = 120) ->
         if out.output_type == "stream" and "@@VALUES@@" in out.text:
             return json.loads(out.text.split("@@VALUES@@", 1)[1])
     raise AssertionError(f"could not read values from {path.name}: {nb.cells[-1].outputs}")
+
+
+@contextlib.contextmanager
+def grading_work(work: Path, lessons: list[str]) -> Iterator[bytes]:
+    """``work`` as the grading work folder (``ATTENTION_COURSE_WORK``), with a gradebook that knows
+    ``lessons``; yields the gradebook template graded jobs start from."""
+    from grader.classroom import grading
+
+    old = os.environ.get("ATTENTION_COURSE_WORK")
+    os.environ["ATTENTION_COURSE_WORK"] = str(work)
+    try:
+        grading.ensure_gradebook(lessons)
+        yield grading.template()
+    finally:
+        if old is None:
+            os.environ.pop("ATTENTION_COURSE_WORK", None)
+        else:
+            os.environ["ATTENTION_COURSE_WORK"] = old

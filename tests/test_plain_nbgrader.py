@@ -54,6 +54,12 @@ SUBMISSIONS = {
         ),
     },
     L5: {
+        # a correct softmax that raises on its first 4-D call (the hidden checks alone make one), with
+        # the first input value in its message, as a student mapping the hidden inputs would; "leak2"
+        # is the same attempt with one comment more, "leakall" puts every input it saw in the message
+        "leak": lambda sol: _leaky(sol, "first"),
+        "leak2": lambda sol: "# second attempt\n" + _leaky(sol, "first"),
+        "leakall": lambda sol: _leaky(sol, "all"),
         "noisy": lambda sol: _noisy(
             sol,
             "    m = Z.amax(dim=dim, keepdim=True)",
@@ -61,6 +67,17 @@ SUBMISSIONS = {
         ),
     },
 }
+
+
+def _leaky(source: str, what: str) -> str:
+    line = "    m = Z.amax(dim=dim, keepdim=True)"
+    spy = (
+        "    _SEEN.append(Z.flatten().tolist())\n"
+        "    if Z.dim() == 4:\n"
+        "        raise ValueError('LEAK ' + (repr(round(_SEEN[-1][0], 6)) if "
+        f"{what!r} == 'first' else repr(_SEEN)))\n"
+    )
+    return "_SEEN = []\n" + source.replace(line, spy + line, 1)
 
 
 def _autograde(lesson: str, release: Path, tmp: Path) -> subprocess.CompletedProcess:
@@ -299,3 +316,26 @@ def test_unedited_test_cells_raise_no_false_alarm(graded):
     for lesson in course.lessons():
         nb = nbformat.read(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
         assert autograde._test_cell_notes(nb, lessons.lesson(lesson)) == [], lesson
+
+
+def _leaked(student: str) -> str:
+    errors = [o for o in _cell(L5, student, "test05_softmax_hidden").outputs if o.output_type == "error"]
+    assert len(errors) == 1, _cell(L5, student, "test05_softmax_hidden").outputs
+    return errors[0].evalue
+
+
+def test_an_attempts_hidden_inputs_are_its_own(graded):
+    """What one attempt's feedback shows of the hidden inputs is not what the next attempt meets."""
+    first, second = _leaked("leak"), _leaked("leak2")
+    assert "it raised ValueError: LEAK " in first and "it raised ValueError: LEAK " in second
+    assert first.split("LEAK ")[1].split()[0] != second.split("LEAK ")[1].split()[0], (first, second)
+    for student in ("leak", "leak2"):
+        result = course.gradebook_scores(L5, PREFIX + student)
+        assert result["grades"]["test05_softmax_hidden"][0] == 0
+        assert result["grades"]["test05_softmax_values"][0] > 0  # the visible checks passed
+
+
+def test_feedback_never_lists_the_hidden_inputs(graded):
+    shown = _leaked("leakall")
+    assert "(cut)" in shown and len(shown) < 2000, shown
+    assert shown.count(",") < 40, shown  # a handful of numbers at most, of the hundreds it saw

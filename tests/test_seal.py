@@ -31,6 +31,7 @@ import pytest
 from grader import course
 from grader.classroom import kernels, seal
 from grader.classroom.fork_server import ForkServer
+from tests.nbtools import grading_work
 from tests.procs import parent
 
 pytestmark = pytest.mark.slow
@@ -400,19 +401,9 @@ print("SEEN " + json.dumps(seen))
 @pytest.fixture(scope="module")
 def gradebook(tmp_path_factory):
     """A work folder whose gradebook knows lesson 01 (built once for this module)."""
-    from grader.classroom import grading
-
     work = tmp_path_factory.mktemp("seal-grading")
-    old = os.environ.get("ATTENTION_COURSE_WORK")
-    os.environ["ATTENTION_COURSE_WORK"] = str(work)
-    try:
-        grading.ensure_gradebook([LESSON])
-        yield work, grading.template()
-    finally:
-        if old is None:
-            os.environ.pop("ATTENTION_COURSE_WORK", None)
-        else:
-            os.environ["ATTENTION_COURSE_WORK"] = old
+    with grading_work(work, [LESSON]) as template:
+        yield work, template
 
 
 def _submission(port: int) -> bytes:

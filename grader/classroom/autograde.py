@@ -342,6 +342,9 @@ def _checks_job(nb: Any) -> dict:
         "graded_names": lesson.graded_names,
         "cell_timeout": ctx["options"].timeout,
         "result_path": str(ctx["root"] / "trusted" / "result.json"),
+        "salt": course.case_salt(
+            lesson.id, ctx.get("student", ""), [c["source"] for c in student_cells if c["kind"] == "other"]
+        ),
     }
 
 
@@ -1130,7 +1133,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     gradebook = _private_gradebook()
     gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
     deny = (list(opts.protect) or default_protected()) + [str(_private_area())]
-    _new_context(root, lesson, opts, deny, job=True, timestamp=job.timestamp)
+    _new_context(root, lesson, opts, deny, job=True, timestamp=job.timestamp, student=job.student)
     autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
     _configure_kernels(root, autograded_dir, deny, opts)
 

@@ -660,8 +660,11 @@ def main(job_path: str, to_sandbox: int, from_sandbox: int, sandbox_pid: int) ->
     with open(job_path) as f:
         job = json.load(f)
     sandbox = Sandbox(to_sandbox, from_sandbox, sandbox_pid)
+    from grader.lessons._common import salted
+
     try:
-        result = evaluate(job, sandbox)
+        with salted(int(job.get("salt") or 0)):  # this submission's own hidden inputs
+            result = evaluate(job, sandbox)
     finally:
         sandbox.kill("finished")
     result["seconds"] = round(time.perf_counter() - start, 3)

@@ -7,7 +7,8 @@ never a lucky pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -19,9 +20,25 @@ TQ, TK, DM, DK, DV, B, H = 5, 7, 9, 8, 4, 2, 3
 NEG_INF = float("-inf")
 
 
+# Added to every case's seed while a submission is graded (``salted``): the hidden inputs then
+# differ per course and per submission, so what one attempt's feedback shows is of no use to the
+# next. 0 (the lesson's own seeds) everywhere else: tests, the docs, ``grader.check`` by hand.
+_SALT = [0]
+
+
 def gen(seed: int) -> torch.Generator:
-    """A CPU generator in a known state."""
-    return torch.Generator().manual_seed(seed)
+    """A CPU generator in a known state (the seed shifted by the current salt)."""
+    return torch.Generator().manual_seed((seed + _SALT[0]) % 2**63)
+
+
+@contextmanager
+def salted(salt: int) -> Iterator[None]:
+    """Every seeded case built inside draws from seeds shifted by ``salt``."""
+    before, _SALT[0] = _SALT[0], int(salt) % 2**62
+    try:
+        yield
+    finally:
+        _SALT[0] = before
 
 
 def randn(*shape: int, seed: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -11,7 +11,7 @@ import math
 import torch
 
 from grader.harness import Case, Exercise, Trap
-from grader.lessons._common import NEG_INF, TK, TQ, B, batches, dtypes, label, randn, same_mistake
+from grader.lessons._common import NEG_INF, TK, TQ, B, batches, dtypes, gen, label, randn, same_mistake
 from grader.lessons.l04_masking import apply_mask, causal_mask
 
 
@@ -196,6 +196,22 @@ def _colour_cases(device: torch.device) -> list[Case]:
         Case("colours, sharpness 2000 (overflow test)", ([1.0, 0.1], keys, values, 2000.0)),
         Case("3-D keys, 1-D values, sharpness 2", ([0.2, 0.4, -1.0], three, three_v, 2.0)),
     ]
+    # drawn afresh for each submission while graded (see _common.salted): no table of answers fits
+    for i, (d, n, width, sharpness) in enumerate([(4, 5, 3, 3.0), (6, 3, 2, 0.5)]):
+        draw = torch.randn(1 + 2 * n, max(d, width), generator=gen(520 + i), dtype=torch.float64)
+        rows = [[round(float(x), 3) for x in row] for row in draw.tolist()]
+        names = [f"item{j}" for j in range(n)]
+        cases.append(
+            Case(
+                f"{d}-D random keys, {n} items, sharpness {sharpness:g}",
+                (
+                    rows[0][:d],
+                    {name: rows[1 + j][:d] for j, name in enumerate(names)},
+                    {name: rows[1 + n + j][:width] for j, name in enumerate(names)},
+                    sharpness,
+                ),
+            )
+        )
     return cases
 
 

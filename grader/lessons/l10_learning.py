@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.harness import Case, Exercise, Trap
-from grader.lessons._common import randn
+from grader.lessons._common import gen, randn
 
 VOCAB = "abcdefgh"
 N_VOCAB = len(VOCAB)  # 8 letters
@@ -373,9 +373,7 @@ def _loss_cases(device: torch.device) -> list[Case]:
         ]
     ):
         logits = randn(*batch, TH, NV, seed=1100 + i, device=device, dtype=dtype) * 2
-        tokens = torch.randint(0, NV, (*batch, TH), generator=torch.Generator().manual_seed(1110 + i)).to(
-            device
-        )
+        tokens = torch.randint(0, NV, (*batch, TH), generator=gen(1110 + i)).to(device)
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
         cases.append(Case(label, (logits, tokens)))
     return cases
