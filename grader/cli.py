@@ -205,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print(grading.format_summary(summary))
+        print(grading.format_summary(summary), file=sys.stderr if summary.cannot_grade else sys.stdout)
+        if summary.cannot_grade:
+            return 2
         if summary.interrupted:
             return 130
         if summary.graded or summary.skipped:

@@ -618,6 +618,13 @@ class ApplyVerdicts(NbGraderPreprocessor):
             return nb, resources
         try:
             _after_student_code(resources)
+            reason = _failed_before_student_code(nb, _CONTEXT["lesson"])
+            if reason is not None:
+                _CONTEXT["could_not_grade"] = reason
+                self.log.error(
+                    "Could not be graded: %s/%s: %s", _CONTEXT.get("student"), _CONTEXT["lesson"].id, reason
+                )
+                raise CouldNotGrade(reason)
             self._apply(nb)
         finally:
             if _CONTEXT.get("plain"):
@@ -701,6 +708,37 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 ename = verdict.get("ename") or "AssertionError"
                 cell.outputs = kept + [_error_output(ename, result.message or ename)]
             ctx["cells"].append(result)
+
+
+class CouldNotGrade(RuntimeError):
+    """The notebook failed before any of the student's code ran (the course package could not be
+    imported, a setup cell of the lesson's own failed): no score, the reason instead."""
+
+
+def _failed_before_student_code(nb: Any, lesson: lessons.Lesson) -> str | None:
+    """Why the lesson's own cells above the student's first cell failed, or None if they did not.
+
+    Only cells as the lesson has them count (locked ones, which nbgrader restores from the release,
+    and the lesson's plain cells left unedited); the first answer cell, test cell, or cell the student
+    added or edited ends the search, since from there on a failure may be the student's doing."""
+    own = {c.source.strip() for c in lesson.cells if c.kind == "context"}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") or meta.get("grade"):
+            return None
+        if not meta.get("locked") and cell.source.strip() not in own:
+            return None
+        error = _first_error(cell)
+        if error is not None:
+            ename, evalue = error
+            what = f"cell {meta['grade_id']}" if meta.get("grade_id") else "setup cell"
+            return (
+                f"the lesson's own {what} failed before any of the student's code ran "
+                f"({ename}: {evalue.strip()[:300]}); nothing of the submission was checked"
+            )
+    return None
 
 
 def _first_error(cell: Any) -> tuple[str, str] | None:
@@ -1076,6 +1114,9 @@ def grade_job(job: Job) -> JobResult:
     root = Path(tempfile.mkdtemp(prefix="classroom-"))
     try:
         _grade(job, lesson, root, result)
+    except CouldNotGrade as e:
+        result.status = "could not be graded"
+        result.error = f"could not be graded: {e}"
     except Exception:  # noqa: BLE001 - never let one submission stop the class
         result.status = "grading failed"
         result.error = traceback.format_exc()[-4000:]
@@ -1155,6 +1196,8 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         _drop_early_kernel()
         _kill_kernels()
     _CONTEXT["phases"]["nbgrader autograde"] = round(time.perf_counter() - t0, 3)
+    if _CONTEXT.get("could_not_grade"):
+        raise CouldNotGrade(_CONTEXT["could_not_grade"])
     final = autograded_dir / f"{job.lesson}.ipynb"
     if not outcome["success"] or not final.exists():
         raise RuntimeError(

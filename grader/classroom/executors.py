@@ -287,11 +287,13 @@ class LocalExecutor(Executor):
                 running_since.pop(fut, None)
                 job = in_flight.pop(fut)
                 try:
-                    yield job, fut.result()
+                    outcome = fut.result()
                 except BrokenProcessPool:
                     broken.append(job)
+                    continue
                 except BaseException as e:  # noqa: BLE001 - the job's own failure is its result
-                    yield job, e
+                    outcome = e
+                yield job, outcome  # (the caller may stop taking results here: nothing is swallowed)
             if broken:
                 # a worker died (killed, out of memory): start a new pool and retry what it had, once
                 broken += list(in_flight.values())
@@ -402,9 +404,10 @@ class DaskExecutor(Executor):
         for fut in stream:
             job = futures.pop(fut.key)
             try:
-                yield job, fut.result()
+                outcome = fut.result()
             except BaseException as e:  # noqa: BLE001 - the job's own failure is its result
-                yield job, e
+                outcome = e
+            yield job, outcome
             fut.release()
             nxt = next(source, _END)
             if nxt is not _END:

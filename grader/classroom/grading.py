@@ -430,6 +430,8 @@ class RunSummary:
     flagged: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
     interrupted: bool = False
+    # lesson -> why its own solution did not earn full marks here (then nothing is graded)
+    cannot_grade: dict[str, str] = field(default_factory=dict)
     not_sealed: str = (
         ""  # why student code ran without the bubblewrap seal (grader.classroom.seal), if it did
     )
@@ -437,6 +439,98 @@ class RunSummary:
     @property
     def per_minute(self) -> float:
         return 60.0 * self.graded / self.seconds if self.seconds > 0 else 0.0
+
+
+# ------------------------------------------------------------------ proving the run can grade
+
+# the name a lesson's own solution is graded under before the class (never written to the gradebook)
+PROOF_STUDENT = "course-own-solution"
+
+
+def _fingerprint(lesson_id: str, lesson_digest: str) -> str:
+    """What a proof holds for: the lesson, this environment and where its kernels import the course from."""
+    import hashlib
+    import importlib.metadata
+    import importlib.util
+    import sys
+
+    h = hashlib.sha256()
+    spec = importlib.util.find_spec("attention_course")
+    origin = spec.origin if spec and spec.origin else "missing"
+    versions = []
+    for dist in ("torch", "nbgrader", "nbclient", "ipykernel"):
+        try:
+            versions.append(importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append("missing")
+    for part in (
+        lesson_id,
+        lesson_digest,
+        sys.executable,
+        str(course.ROOT),
+        origin,
+        *versions,
+        str(seal.available()),
+    ):
+        h.update(part.encode() + b"\0")
+    if origin != "missing":
+        for path in sorted(Path(origin).parent.rglob("*.py")):
+            h.update(path.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _proofs_path() -> Path:
+    return classroom_dir() / "proven.json"
+
+
+def _unproven(lesson_ids: list[str], digests: dict[str, str]) -> dict[str, str]:
+    """The lessons whose solution has not yet earned full marks in this environment: id -> fingerprint."""
+    try:
+        known = json.loads(_proofs_path().read_text())
+    except (OSError, ValueError):
+        known = {}
+    wanted = {lid: _fingerprint(lid, digests[lid]) for lid in lesson_ids}
+    return {lid: fp for lid, fp in wanted.items() if known.get(lid) != fp}
+
+
+def _proven(fingerprints: dict[str, str]) -> None:
+    try:
+        known = json.loads(_proofs_path().read_text())
+    except (OSError, ValueError):
+        known = {}
+    known.update(fingerprints)
+    _proofs_path().parent.mkdir(parents=True, exist_ok=True)
+    tmp = _proofs_path().with_name("proven.json.part")
+    tmp.write_text(json.dumps(known, indent=1))
+    os.replace(tmp, _proofs_path())
+
+
+def proof_problem(result: JobResult | BaseException) -> str | None:
+    """Why a lesson's own solution did not earn full marks (None if it did)."""
+    if isinstance(result, BaseException):
+        return f"its grading failed: {result!r}"
+    if result.error:
+        lines = [ln for ln in result.error.strip().splitlines() if ln.strip()]
+        return lines[-1] if lines else "its grading failed"
+    if result.score < result.max_score:
+        lost = [c for c in result.cells if c.score < c.points]
+        first = lost[0] if lost else None
+        why = f" ({first.grade_id}: {first.message.splitlines()[0][:300]})" if first and first.message else ""
+        return f"it earned {result.score:g} of {result.max_score:g} points{why}"
+    return None
+
+
+def cannot_grade_message(problems: dict[str, str]) -> str:
+    lines = [
+        "Nothing was graded: the lesson's own solution, graded first the way every submission is, did not "
+        "earn full marks, so this run would score students for the course's fault, not theirs."
+    ]
+    lines += [f"  {lid}: {why}" for lid, why in sorted(problems.items())]
+    lines.append(
+        "Check that the environment's `attention_course` is this course folder's (pip install -e . here), "
+        "that `python -m grader build` was run after editing solutions/, then run grade again."
+    )
+    return "\n".join(lines)
 
 
 def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options):
@@ -509,19 +603,38 @@ def grade(
         by_key = {(s.student, s.lesson): s for s in todo}
         bar = Progress(len(todo), stream=None if progress is True else progress) if progress else None
         job_deadline = options.notebook_timeout + JOB_GRACE
-        for job, result in ex.run(
-            jobs.run, _job_stream(todo, template_bytes, options), deadline=job_deadline
-        ):
+        # each lesson's own solution goes first, through the same workers and seal; the class's results
+        # wait for it, and if it does not earn full marks, nothing is written and the run stops
+        unproven = _unproven(sorted({s.lesson for s in todo}), digests)
+        proofs = [
+            Job(PROOF_STUDENT, lid, nb, template_bytes, None, digest_of(nb, None), options)
+            for lid, nb in ((lid, lessons.answered(lid)) for lid in unproven)
+        ]
+        waiting: list[tuple[JobResult, Submission]] = []
+        stream = iter([*proofs, *_job_stream(todo, template_bytes, options)])
+        for job, result in ex.run(jobs.run, stream, deadline=job_deadline):
+            if any(job is proof for proof in proofs):
+                problem = proof_problem(result)
+                if problem is not None:
+                    summary.cannot_grade[job.lesson] = problem
+                    break
+                _proven({job.lesson: unproven.pop(job.lesson)})
+                if not unproven:
+                    for held, sub in waiting:
+                        _finish(held, sub, writer, summary, digests[sub.lesson])
+                    waiting = []
+                continue
             sub = by_key[(job.student, job.lesson)]
             if isinstance(result, BaseException):
                 result = JobResult(job.student, job.lesson, job.digest, "grading failed", error=repr(result))
-            if result.error is None and result.notebook is not None:
-                writer.add(result, sub)
+            if unproven:
+                waiting.append((result, sub))
             else:
-                summary.failed.append({"student": sub.student, "lesson": sub.lesson, "error": result.error})
-                record_failure(result, digests[sub.lesson])
+                _finish(result, sub, writer, summary, digests[sub.lesson])
             if bar:
                 bar.update(f"{sub.student}/{sub.lesson}", problem=bool(result.flags or result.error))
+        if summary.cannot_grade:
+            return summary
         writer.step(final=True)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -540,7 +653,20 @@ def grade(
     return summary
 
 
+def _finish(
+    result: JobResult, sub: Submission, writer: GradebookWriter, summary: RunSummary, digest: str
+) -> None:
+    """A class job's result into the course: its gradebook batch, or its failure record."""
+    if result.error is None and result.notebook is not None:
+        writer.add(result, sub)
+    else:
+        summary.failed.append({"student": sub.student, "lesson": sub.lesson, "error": result.error})
+        record_failure(result, digest)
+
+
 def format_summary(s: RunSummary) -> str:
+    if s.cannot_grade:
+        return cannot_grade_message(s.cannot_grade)
     lines = []
     head = f"Graded {s.graded} submission{'s' if s.graded != 1 else ''}"
     if s.graded:

@@ -225,3 +225,19 @@ def lesson_of_grade_ids(grade_ids: set[str], root: Path = course.ROOT) -> str | 
         if n > best_n:
             best, best_n = les.id, n
     return best
+
+
+def answered(lesson_id: str, root: Path = course.ROOT) -> bytes:
+    """The student notebook of a lesson with every answer cell holding the lesson's own solution:
+    what a grading run first grades, to prove it can grade (``grading.prove``)."""
+    import nbformat
+
+    les = lesson(lesson_id, root)
+    markers = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n?", re.M)
+    answers = {c.grade_id: markers.sub("", c.source) for c in les.cells if c.kind == "solution"}
+    nb = nbformat.read(root / "notebooks" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return nbformat.writes(nb).encode()

@@ -1,0 +1,124 @@
+"""No silent zeros: a run that cannot grade says so, and a failure before student code is never a score.
+
+The situation tried: the course folder copied for a new term, graded with the environment installed
+from the old copy. Its kernels then cannot import the course package (the seal shows them only the
+new folder), so every notebook's setup cell fails before any of the student's code runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.classroom import grading
+from tests.nbtools import ROOT, filled, solution_sources
+from tests.test_seal import needs_seal
+
+pytestmark = [pytest.mark.slow, needs_seal]
+
+LESSON = "01_projection"
+STUDENTS = ("ada", "bob")
+
+
+@pytest.fixture(scope="module")
+def new_term(tmp_path_factory) -> Path:
+    """A copy of the course's files (as a clone has them), with two correct submissions in its work folder."""
+    copy = tmp_path_factory.mktemp("new-term") / "course"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    for student in STUDENTS:
+        nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", solution_sources(LESSON))
+        folder = copy / "_grading" / "submitted" / student / LESSON
+        folder.mkdir(parents=True)
+        (folder / f"{LESSON}.ipynb").write_text(json.dumps(nb))
+    return copy
+
+
+def _run(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        k: v for k, v in __import__("os").environ.items() if k not in ("ATTENTION_COURSE_WORK", "PYTHONPATH")
+    }
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return subprocess.run(args, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _scores(copy: Path) -> list[tuple]:
+    db = copy / "_grading" / "gradebook.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as con:
+        return con.execute(
+            "SELECT s.student_id, g.auto_score FROM grade g JOIN submitted_notebook n ON g.notebook_id = n.id "
+            "JOIN submitted_assignment s ON n.assignment_id = s.id"
+        ).fetchall()
+
+
+def test_a_run_whose_kernels_cannot_import_the_course_stops_and_says_why(new_term):
+    run = _run(new_term, sys.executable, "-m", "grader", "grade", LESSON, "--quiet")
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr[-3000:])
+    assert "Nothing was graded" in run.stderr, run.stderr
+    assert f"{LESSON}:" in run.stderr and "before any of the student's code ran" in run.stderr, run.stderr
+    assert "attention_course" in run.stderr, run.stderr  # the cause: the course package did not import
+    assert "Graded" not in run.stdout and "Traceback" not in run.stderr
+    assert _scores(new_term) == []  # no score for anyone
+    assert not list((new_term / "_grading" / "classroom" / "results").rglob("*.json"))
+    assert not (new_term / "_grading" / "autograded").exists() or not any(
+        (new_term / "_grading" / "autograded").rglob("*.ipynb")
+    )
+
+
+def test_a_notebook_that_fails_before_student_code_is_not_a_score(new_term):
+    """The same environment, one notebook straight through a worker's grading: no score, the reason."""
+    script = (
+        "import json, sys\n"
+        "from grader.classroom import grading\n"
+        "from grader.classroom.autograde import Job, Options, grade_job\n"
+        f"grading.ensure_gradebook([{LESSON!r}])\n"
+        f"nb = open('_grading/submitted/ada/{LESSON}/{LESSON}.ipynb', 'rb').read()\n"
+        f"r = grade_job(Job('ada', {LESSON!r}, nb, grading.template(), options=Options(timeout=30)))\n"
+        "print('RESULT ' + json.dumps({'status': r.status, 'error': r.error, 'score': r.score}))\n"
+    )
+    run = _run(new_term, sys.executable, "-c", script)
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line, (run.stdout, run.stderr[-3000:])
+    result = json.loads(line[7:])
+    assert result["status"] == "could not be graded", result
+    assert result["error"].startswith("could not be graded: the lesson's own setup cell"), result
+    assert "attention_course" in result["error"], result
+
+
+def test_plain_nbgrader_reports_the_notebook_as_failed_not_graded(new_term):
+    nbgrader = str(Path(sys.executable).parent / "nbgrader")
+    run = _run(new_term, nbgrader, "autograde", LESSON, "--student=bob", "--force")
+    assert run.returncode != 0, run.stderr[-3000:]
+    assert "Could not be graded: bob/01_projection: the lesson's own setup cell" in run.stderr, run.stderr[
+        -3000:
+    ]
+    assert not (new_term / "_grading" / "autograded" / "bob" / LESSON / f"{LESSON}.ipynb").exists()
+
+
+def test_the_lessons_own_solution_earns_full_marks_where_the_course_can_grade():
+    """The proof a run makes first: here, in this course's own environment, every lesson passes it."""
+    from grader.classroom import lessons
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    template = grading.template() if (grading._db_path()).exists() else None
+    if template is None:
+        grading.ensure_gradebook([LESSON])
+        template = grading.template()
+    nb = lessons.answered(LESSON)
+    result = grade_job(Job(grading.PROOF_STUDENT, LESSON, nb, template, options=Options(timeout=60)))
+    assert grading.proof_problem(result) is None, (
+        result.error,
+        [(c.grade_id, c.message) for c in result.cells],
+    )
+    assert result.score == result.max_score > 0
