@@ -11,7 +11,7 @@ import warnings
 
 from sqlalchemy.exc import SAWarning
 
-from grader.course import record_lessons
+from grader.course import record_before_autograde, record_lessons
 
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 
@@ -48,6 +48,10 @@ c.GenerateFeedback.preprocessors = [
     "grader.classroom.feedback.ResultsSummary",
     "grader.classroom.cells.CapOutputs",
 ]
+# `nbgrader release_feedback` reads a timestamp.txt and a submission_secret.txt beside every page and
+# stops the whole release at the first folder without them (a notebook placed by hand has neither):
+# each feedback folder gets them once its page is written (grader/classroom/feedback.py).
+c.GenerateFeedback.post_convert_hook = "grader.classroom.feedback.after_feedback"
 # A deleted test cell is put back, not left for manual grading. RestoreCells matches every cell
 # to the release (grade id, cell id, source) and repairs crafted structure -- test cells turned
 # into answers, renamed or duplicated grade ids, changed points, removed metadata -- before
@@ -71,6 +75,9 @@ warnings.filterwarnings(
 # Plain `nbgrader autograde` needs no build step first: it records in the gradebook, from
 # solutions/, the lessons the gradebook lacks or whose cells changed (grader/course.py).
 record_lessons()
+# ... and so does the formgrader's Autograde button, inside the Lab server: before each submission,
+# its lesson is recorded where the gradebook lacks it or its cells changed in solutions/
+c.Autograde.pre_convert_hook = record_before_autograde
 # `nbgrader export` writes its CSV to the work folder, not to the repository
 c.ExportPlugin.to = os.path.join(WORK, "grades.csv")
 # ... with every text cell a spreadsheet would run as a formula (=, +, -, @) quoted

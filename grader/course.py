@@ -81,13 +81,29 @@ def record_lessons(argv: list[str] | None = None) -> list[str]:
     so autograding needs no build step first; any other command (``argv``, default ``sys.argv``)
     records nothing. Returns the lessons recorded.
     """
-    global _recording
     argv = sys.argv if argv is None else argv
     program = Path(argv[0]).name if argv else ""
     plain_nbgrader = program == "nbgrader" or (
         program == "__main__.py" and Path(argv[0]).parent.name == "nbgrader"
     )
     if _recording or not plain_nbgrader or argv[1:2] != ["autograde"]:
+        return []
+    return _record(lessons())
+
+
+def record_before_autograde(assignment: str = "", **_: object) -> None:
+    """nbgrader's ``Autograde.pre_convert_hook`` (nbgrader_config.py): before a submission is graded --
+    by the command line or by the formgrader's Autograde button, inside the Lab server -- its lesson is
+    recorded in the gradebook from solutions/ if the gradebook lacks it or its cells changed, so the
+    button works on a fresh clone and the formgrader shows the test it grades with."""
+    if assignment in lessons():
+        _record([assignment])
+
+
+def _record(lesson_ids: list[str]) -> list[str]:
+    """Record ``lesson_ids`` in the course's gradebook where needed (one process at a time); the ones recorded."""
+    global _recording
+    if _recording:
         return []
     from traitlets.log import get_logger
 
@@ -103,7 +119,7 @@ def record_lessons(argv: list[str] | None = None) -> list[str]:
                 import fcntl
 
                 fcntl.flock(lock, fcntl.LOCK_EX)  # several `nbgrader autograde` at once record once
-            recorded = ensure_gradebook(lessons())
+            recorded = ensure_gradebook(lesson_ids)
     except RuntimeError as e:
         print(f"[nbgrader_config] {e}", file=sys.stderr)
         return []

@@ -964,6 +964,7 @@ def _course_config(root: Path, lesson_id: str, options: Options, gradebook: Path
     cfg.Exporter.optimistic_validation = True
     cfg.OverwriteCells.add_missing_cells = True
     cfg.Autograde.autograde_preprocessors = list(JOB_PREPROCESSORS)
+    cfg.Autograde.pre_convert_hook = None  # the job's private gradebook was made with its lesson in it
     return cfg
 
 
