@@ -11,7 +11,7 @@ import warnings
 
 from sqlalchemy.exc import SAWarning
 
-from grader.course import record_before_autograde, record_lessons
+from grader.classroom.recording import record_before_autograde, record_lessons
 
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 
@@ -73,7 +73,7 @@ warnings.filterwarnings(
     category=SAWarning,
 )
 # Plain `nbgrader autograde` needs no build step first: it records in the gradebook, from
-# solutions/, the lessons the gradebook lacks or whose cells changed (grader/course.py).
+# solutions/, the lessons the gradebook lacks or whose cells changed (grader/classroom/recording.py).
 record_lessons()
 # ... and so does the formgrader's Autograde button, inside the Lab server: before each submission,
 # its lesson is recorded where the gradebook lacks it or its cells changed in solutions/

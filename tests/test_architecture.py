@@ -118,3 +118,86 @@ def test_lesson_modules_import_only_the_harness_and_earlier_lessons():
                 continue
             lesson = re.fullmatch(r"grader\.lessons\.l(\d\d)_\w+", name)
             assert lesson and lesson.group(1) < number, f"{path.name} imports {name}"
+
+
+# ------------------------------------------------------------ layers: no circle, nothing upward
+
+# Who may import whom inside grader/, every import counted (those inside functions too): a module
+# imports its own layer or lower ones, and the imports inside one layer make no circle.
+LAYERS = [
+    # the modules mounted in the seal: nothing of grader's trusted side
+    {f"grader.classroom.{Path(name).stem}" for name in RUNTIME_MODULES} | {"grader.classroom"},
+    # checks: the harness, the lessons' references and cases, the registry, grader.check
+    {"grader", "grader.harness", "grader.registry", "grader.lessons"},
+    # the course's tools on top of nbgrader and the checks
+    {"grader.course", "grader.sources", "grader.mistakes", "grader.platforms"},
+    # grading a class
+    {"grader.classroom.*"},
+    # the command line
+    {"grader.cli", "grader.__main__"},
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if module in layer or any(
+            (pattern.endswith(".*") and module.startswith(pattern[:-1])) or module.startswith(pattern + ".")
+            for pattern in layer
+            if pattern != "grader" and pattern != "grader.classroom"
+        ):
+            return i
+    raise AssertionError(f"{module} is in no layer of LAYERS")
+
+
+def _grader_graph() -> dict[str, set[str]]:
+    """Module -> the grader modules it imports (relative imports resolved; `from a import b` is a.b if a.b is a module)."""
+    files = {_module_name(p): p for p in _python_files("grader")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = (
+                    package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)]
+                    if node.level
+                    else []
+                )
+                module = ".".join([*base, node.module] if node.module else base)
+                for alias in node.names:
+                    found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in files else module)
+        graph[name] = {m for m in found if m in files and m != name}
+    return graph
+
+
+def test_no_module_of_the_grader_imports_upward():
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in _grader_graph().items()
+        for b in sorted(targets)
+        if _layer(b) > _layer(a)
+    ]
+    assert not upward, upward
+
+
+def test_the_grader_has_no_circle_of_imports():
+    graph = _grader_graph()
+    circles = []
+    for start in graph:  # a path from a module back to itself (graphs here are small)
+        stack, seen = [(start, [start])], set()
+        while stack:
+            here, path = stack.pop()
+            for nxt in graph[here]:
+                if nxt == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not circles, sorted(set(circles))[:5]

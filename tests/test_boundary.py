@@ -22,7 +22,7 @@ import pytest
 
 from grader import course
 from grader.classroom import boundary, kernels
-from grader.classroom.fork_server import ForkServer, ServerTimeout
+from grader.classroom.fork_client import ForkServer, ServerTimeout
 from tests import test_seal as _seal
 from tests.nbtools import filled, solution_sources
 from tests.test_seal import LESSON, _alive, _run, needs_seal
@@ -204,9 +204,9 @@ def test_a_process_that_left_the_kernels_group_ends_when_the_kernel_is_killed(
 def test_a_stopped_fork_server_costs_a_timeout_not_the_run(monkeypatch):
     """A fork server that stops answering (SIGSTOP) is killed after the deadline; the request that
     waited fails with ServerTimeout, and the next request gets a new server."""
-    from grader.classroom import fork_server
+    from grader.classroom import fork_client
 
-    monkeypatch.setattr(fork_server, "ANSWER_SECONDS", 2.0)
+    monkeypatch.setattr(fork_client, "ANSWER_SECONDS", 2.0)
     z = ForkServer(kernels.kernel_env(None), trusted_only=False)
     try:
         z.ensure()

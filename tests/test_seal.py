@@ -30,7 +30,7 @@ import pytest
 
 from grader import course
 from grader.classroom import kernels, seal
-from grader.classroom.fork_server import ForkServer
+from grader.classroom.fork_client import ForkServer
 from tests.nbtools import grading_work
 from tests.procs import parent
 

@@ -2,8 +2,7 @@
 
 Starting a Jupyter kernel and importing torch costs about 1.5 s of CPU per
 notebook; forking a process that already did both costs a few milliseconds.
-Each grading worker starts one fork server (``python -m grader.classroom.fork_server``)
-and asks it, over a pipe, for:
+Each grading worker starts one fork server and asks it, over a pipe, for:
 
 - ``kernel``: an IPython kernel for one notebook (a fresh process each time,
   with a memory cap and the guard's audit hook in place before student code);
@@ -14,8 +13,10 @@ and asks it, over a pipe, for:
   process of the other fork server through two named pipes.
 
 With bubblewrap (``grader.classroom.seal``) a worker runs two fork servers: a sealed
-one, started inside bwrap, that forks kernels and sandboxes, and a plain one
-for the trusted process (which needs the grading package). The sealed fork server
+one (this module, started inside bwrap), that forks kernels and sandboxes, and a plain one
+for the trusted process, which needs the grading package (``grader.classroom.trusted_server``:
+this module's loop with the ``trusted`` role added). The worker's side of both is
+``grader.classroom.fork_client``. The sealed fork server
 runs as the package ``course_runtime`` (this module, the guard, the sandbox and
 the kernel launcher mounted read-only): the grading package does not exist
 there. It lives in its own PID namespace, so the worker names its children by
@@ -39,9 +40,7 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
@@ -60,9 +59,6 @@ PRELOAD = (
     "sqlite3",
     "bdb",
 )
-# a plain fork server beside a sealed one forks only trusted processes (``--trusted-only``): it loads
-# the checks themselves instead of the kernel, since no student code is ever forked from it
-PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course", "grader.harness", "grader.registry")
 
 
 # ---------------------------------------------------------------- the server
@@ -218,53 +214,9 @@ def _run_sandbox(req: dict) -> None:
     sandbox.serve(rfd, wfd, req["sandbox"])
 
 
-def _run_trusted_sealed(req: dict) -> None:
-    """Evaluate against a sandbox that lives in the seal (reached through named pipes)."""
-    from grader.classroom import trusted
-
-    class SealedSandbox(trusted.Sandbox):
-        """The sandbox's pid means nothing here: ending it closes its pipes (the worker kills the rest)."""
-
-        def kill(self, why: str) -> None:
-            self.gone = self.gone or why
-            for fd in (self.wfd, self.rfd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-
-    trusted.Sandbox = SealedSandbox  # this process exists for this one evaluation
-    rfd, wfd = _open_pipes(req["pipes"], sandbox_side=False)
-    trusted.main(req["job"], wfd, rfd, 0)
-
-
-def _run_trusted(req: dict) -> None:
-    """Fork the sandbox first (before anything trusted is loaded), then evaluate."""
-    if req.get("pipes"):
-        _run_trusted_sealed(req)
-        return
-    to_sandbox_r, to_sandbox_w = os.pipe()
-    from_sandbox_r, from_sandbox_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(to_sandbox_w)
-        os.close(from_sandbox_r)
-        os.setpgid(0, 0)
-        _die_with_parent()
-        from . import sandbox
-
-        try:
-            sandbox.serve(to_sandbox_r, from_sandbox_w, req["sandbox"])
-        finally:
-            os._exit(0)
-    os.close(to_sandbox_r)
-    os.close(from_sandbox_w)
-    from grader.classroom import trusted
-
-    trusted.main(req["job"], to_sandbox_w, from_sandbox_r, pid)
-
-
-ROLES = {"kernel": _run_kernel, "trusted": _run_trusted, "sandbox": _run_sandbox}
+# what this process forks on request; the fork server outside the seal adds "trusted"
+# (grader/classroom/trusted_server.py), which runs the checks and needs the grading package
+ROLES: dict[str, Any] = {"kernel": _run_kernel, "sandbox": _run_sandbox}
 
 
 def _operate(req: dict) -> dict:
@@ -398,21 +350,22 @@ def _warm_tracebacks() -> None:
         pass
 
 
-def serve() -> None:
-    """The fork server's main loop: read one JSON request per line, fork, answer with the pid."""
+def serve(load_checks: Any = None) -> None:
+    """The fork server's main loop: read one JSON request per line, fork, answer with the pid.
+
+    ``load_checks``: what a server that forks trusted processes only (``--trusted-only``) loads
+    instead of the kernel (given by grader/classroom/trusted_server.py)."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     trusted_only = "--trusted-only" in sys.argv
-    for name in PRELOAD_TRUSTED if trusted_only else PRELOAD:
-        try:
-            __import__(name)
-        except Exception:  # noqa: BLE001 - a missing optional module only costs speed
-            pass
     if trusted_only:
-        try:
-            sys.modules["grader.registry"].exercises()  # every lesson's checks, imported once
-        except Exception:  # noqa: BLE001 - a trusted process then reports what is wrong
-            pass
+        if load_checks is not None:
+            load_checks()
     else:
+        for name in PRELOAD:
+            try:
+                __import__(name)
+            except Exception:  # noqa: BLE001 - a missing optional module only costs speed
+                pass
         _load_kernel_without_debugger()
         _warm_tracebacks()
     from . import guard  # noqa: F401 - loaded once, before any fork
@@ -506,7 +459,7 @@ def _answer(req: dict, trusted_only: bool) -> dict:
         return _operate(req)
     role = ROLES.get(req.get("role"))
     why = f"unknown role {req.get('role')!r}" if role is None else None
-    if trusted_only and not (role is _run_trusted and req.get("pipes")):
+    if trusted_only and not (req.get("role") == "trusted" and req.get("pipes")):
         why = "this fork server forks only sealed trusted processes"
     if why:
         return {"error": why}
@@ -546,374 +499,6 @@ def _answer(req: dict, trusted_only: bool) -> dict:
         _inits[pid] = init
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     return {"pid": pid}
-
-
-# ---------------------------------------------------------------- the client
-
-
-class ForkedProcess:
-    """A Popen look-alike for a process forked by the fork server (not our child).
-
-    Exit is observed with a pidfd, which works for any process; the exit code is
-    not known here (the fork server reaps), so a finished process reports -1.
-    """
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.returncode: int | None = None
-        self.stdin = self.stdout = self.stderr = None
-        try:
-            self._fd: int | None = os.pidfd_open(pid)
-        except ProcessLookupError:
-            self._fd = None
-            self.returncode = -1
-
-    def _finished(self, timeout: float) -> bool:
-        if self._fd is None:
-            return True
-        ready, _, _ = select.select([self._fd], [], [], timeout)
-        if ready:
-            os.close(self._fd)
-            self._fd = None
-            self.returncode = -1
-            return True
-        return False
-
-    def poll(self) -> int | None:
-        self._finished(0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._finished(timeout if timeout is not None else 1e9):
-            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self._fd is not None:
-            try:
-                signal.pidfd_send_signal(self._fd, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill(self) -> None:
-        """SIGKILL through the pidfd (never by the bare id, which may belong to another process by
-        now); its fork server then kills the rest of its process group when it reaps it."""
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-class SealedProcess:
-    """A Popen look-alike for a child of a sealed fork server, known only by its pid in the seal.
-
-    That pid means nothing outside (another PID namespace): every question and
-    signal goes through the fork server, which reaps its children and knows their
-    exit codes.
-    """
-
-    def __init__(self, fork_server: ForkServer, pid: int):
-        self.pid = pid
-        self.returncode: int | None = None
-        self.stdin = self.stdout = self.stderr = None
-        self._fork_server = fork_server
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                self.returncode = self._fork_server.request({"op": "poll", "pid": self.pid}).get("returncode")
-            except RuntimeError:  # the fork server is gone, and its children with it
-                self.returncode = -1
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        end = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if end is not None and time.monotonic() > end:
-                raise subprocess.TimeoutExpired(f"pid {self.pid} (sealed)", timeout)
-            time.sleep(0.02)
-        return self.returncode  # type: ignore[return-value]
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            try:
-                self._fork_server.request({"op": "signal", "pid": self.pid, "signal": int(sig)})
-            except RuntimeError:
-                pass
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-def plain_command(trusted_only: bool) -> list[str]:
-    """The command of a fork server outside the seal (``--trusted-only``: forks trusted processes only)."""
-    return [sys.executable, "-m", "grader.classroom.fork_server"] + (
-        ["--trusted-only"] if trusted_only else []
-    )
-
-
-class _Connection:
-    """A Popen look-alike for a shared fork server reached through its Unix socket: ``stdin`` and
-    ``stdout`` are the two directions of the connection; it has ended when the server closed it."""
-
-    def __init__(self, address: str):
-        import socket
-
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._sock.connect(address)
-        except OSError:
-            self._sock.close()
-            raise
-        self.stdin = self._sock.makefile("wb")
-        self.stdout = self._sock.makefile("rb")
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            import socket
-
-            try:
-                readable, _, _ = select.select([self._sock], [], [], 0)
-                if readable and not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                    self.returncode = -1  # the server closed the connection: it is gone
-            except BlockingIOError:
-                pass
-            except OSError:
-                self.returncode = -1
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        self.kill()
-        return -1
-
-    def kill(self) -> None:
-        for part in (self.stdin, self.stdout, self._sock):
-            try:
-                part.close()
-            except OSError:
-                pass
-        self.returncode = -1
-
-
-ANSWER_SECONDS = 30.0  # the longest a fork server may take to answer one request (a fork, a poll)
-READY_SECONDS = 120.0  # ... or to start (bubblewrap, then PyTorch and the kernel imported)
-
-
-class ServerTimeout(RuntimeError):
-    """A fork server did not answer in time: it was killed (its children with it)."""
-
-
-class ForkServer:
-    """The worker's handle on its fork server (started on first use, restarted if it died).
-
-    ``sealed_area``: start it inside bubblewrap (grader.classroom.seal), with this
-    folder (the worker's per-job folders) as the only writable one.
-
-    ``address``: a trusted-only server shared by the workers of a grading run
-    (``grader.classroom.servers.share_trusted``), reached through this Unix socket; if it cannot be
-    reached, the worker starts its own as before.
-    """
-
-    def __init__(
-        self,
-        env: dict[str, str] | None = None,
-        sealed_area: str | None = None,
-        trusted_only: bool = False,
-        address: str | None = None,
-    ):
-        self._env = env
-        self.address = address if trusted_only and sealed_area is None else None
-        self._proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()
-        self._starting = False  # spawned, and its "ready" line not read yet
-        self._unread = 0  # answers to preload requests not read yet
-        self.preloaded: set[str] = set()  # modules asked for since it started
-        self.sealed_area = sealed_area
-        # forks only trusted processes that talk to a sealed sandbox (and loads the checks to fork them)
-        self.trusted_only = trusted_only and sealed_area is None
-
-    @property
-    def sealed(self) -> bool:
-        return self.sealed_area is not None
-
-    def _spawn(self) -> None:
-        """Start the fork server's process; ``_await_ready`` waits for it to have loaded its modules.
-
-        Call it from a thread that outlives the server (the worker's main thread): a sealed
-        server runs under ``bwrap --die-with-parent``, which kills it when the *thread* that
-        started it ends.
-        """
-        self._proc = self._connect() or self._start_process()  # type: ignore[assignment]
-        self._starting = True
-        self._unread = 0
-        self.preloaded = set()
-
-    def _connect(self) -> _Connection | None:
-        """A connection to the shared server, if this handle has one and it can be reached."""
-        if self.address is not None:
-            try:
-                return _Connection(self.address)
-            except OSError:
-                self.address = None  # the shared server is gone: this worker starts its own
-        return None
-
-    def _start_process(self) -> subprocess.Popen:
-        env = dict(self._env or os.environ)
-        env.setdefault("MPLBACKEND", "Agg")
-        cmd = plain_command(self.trusted_only)
-        if self.sealed_area is not None:
-            from grader.classroom import seal
-
-            env = seal.sealed_env(env)
-            cmd = seal.command(
-                [sys.executable, "-m", f"{seal.RUNTIME_PACKAGE}.fork_server", "--sealed"],
-                writable=[self.sealed_area],
-                cwd=self.sealed_area,
-                env=env,
-            )
-        return subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-
-    def _answer(self, seconds: float | None = None) -> bytes:
-        """The server's next line; if none comes within ``seconds`` the server is killed (a stopped or
-        wedged server costs the request that waited, never the run) and ``ServerTimeout`` raised."""
-        proc = self._proc
-        assert proc is not None and proc.stdout
-        seconds = ANSWER_SECONDS if seconds is None else seconds
-        expired = threading.Event()
-
-        def expire() -> None:
-            expired.set()
-            proc.kill()
-
-        timer = threading.Timer(seconds, expire)
-        timer.daemon = True
-        timer.start()
-        try:
-            line = proc.stdout.readline()
-        except (OSError, ValueError):
-            line = b""
-        finally:
-            timer.cancel()
-        if expired.is_set():
-            try:
-                proc.wait(timeout=10)  # gone before anyone asks whether it is alive
-            except subprocess.TimeoutExpired:
-                pass
-            raise ServerTimeout(f"the fork server did not answer within {seconds:.0f} s, and was stopped")
-        return line
-
-    def _await_ready(self) -> None:
-        assert self._proc is not None and self._proc.stdout
-        self._starting = False
-        first = self._answer(READY_SECONDS)
-        if not first.startswith(b'{"ready"'):
-            if isinstance(self._proc, _Connection):  # the shared server went away: start our own
-                self._proc.kill()
-                self.address = None
-                self._spawn()
-                return self._await_ready()
-            raise RuntimeError(f"the fork server did not start: {first!r}")
-
-    def _ready(self) -> None:
-        """Under the lock: a running, ready fork server (started now if there is none), with every
-        earlier preload done (its answers read)."""
-        if not self.alive():
-            self._spawn()
-        if self._starting:
-            self._await_ready()
-        while self._unread:
-            assert self._proc is not None and self._proc.stdout
-            self._unread -= 1
-            self._answer(READY_SECONDS)  # an import of a lesson's modules
-
-    def preload(self, modules: list[str]) -> None:
-        """Have the server import these modules (those not asked for before), without waiting: its
-        next fork waits for them. Started if it is not running."""
-        with self._lock:
-            wanted = [m for m in modules if m not in self.preloaded]
-            if not wanted:
-                return
-            self._ready()
-            assert self._proc is not None and self._proc.stdin
-            try:
-                self._proc.stdin.write(json.dumps({"op": "preload", "modules": wanted}).encode() + b"\n")
-                self._proc.stdin.flush()
-            except OSError:
-                return  # it died: the next use starts another
-            self._unread += 1
-            self.preloaded.update(wanted)
-
-    def begin(self) -> None:
-        """Start the fork server if it is not running, without waiting for it (its first use waits)."""
-        with self._lock:
-            if not self.alive():
-                self._spawn()
-
-    def request(self, message: dict) -> dict:
-        """Ask a running fork server about its children (never starts one)."""
-        with self._lock:
-            if not self.alive():
-                raise RuntimeError("the fork server is not running")
-            try:
-                self._ready()
-                assert self._proc is not None and self._proc.stdin and self._proc.stdout
-                self._proc.stdin.write(json.dumps(message).encode() + b"\n")
-                self._proc.stdin.flush()
-                line = self._answer()
-            except OSError as e:
-                raise RuntimeError(f"the fork server died ({e})") from None
-        if not line:
-            raise RuntimeError("the fork server died")
-        return json.loads(line)
-
-    def reset(self) -> None:
-        """Sealed: kill every process left in the seal and empty its /tmp (between two jobs)."""
-        if self.sealed and self.alive():
-            self.request({"op": "reset", "keep": [self.sealed_area]})
-
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def ensure(self) -> None:
-        """Start the fork server unless it is running."""
-        with self._lock:
-            self._ready()
-
-    def fork(self, role: str, **request: Any) -> ForkedProcess | SealedProcess:
-        if self.sealed and request.get("env") is not None:
-            from grader.classroom import seal
-
-            request["env"] = seal.sealed_env(request["env"])
-        with self._lock:
-            self._ready()
-            assert self._proc is not None and self._proc.stdin and self._proc.stdout
-            self._proc.stdin.write(json.dumps({"role": role, **request}).encode() + b"\n")
-            self._proc.stdin.flush()
-            answer = json.loads(self._answer() or b'{"error": "the fork server died"}')
-        if "pid" not in answer:
-            raise RuntimeError(answer.get("error", "the fork server failed"))
-        if self.sealed:
-            return SealedProcess(self, answer["pid"])
-        return ForkedProcess(answer["pid"])
-
-    def close(self) -> None:
-        if self._proc is not None:
-            try:
-                self._proc.stdin.close()
-                self._proc.wait(timeout=5)
-            except Exception:  # noqa: BLE001
-                self._proc.kill()
-            self._proc = None
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import executors, gradebooks, jobs, lessons, seal
+from grader.classroom import executors, gradebooks, lessons, seal
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
 from grader.classroom.servers import WORKER_MODULES, share_trusted, warm_up
 
@@ -533,6 +533,14 @@ def cannot_grade_message(problems: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def grade_one(job: Job) -> JobResult:
+    """Grade one job (what a worker runs): ``grader.classroom.autograde.grade_job``, imported here so
+    that the coordinator, which only names this function, does not load nbgrader to hand out jobs."""
+    from grader.classroom.autograde import grade_job
+
+    return grade_job(job)
+
+
 def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options):
     for sub in todo:
         data = sub.path.read_bytes()
@@ -612,7 +620,7 @@ def grade(
         ]
         waiting: list[tuple[JobResult, Submission]] = []
         stream = iter([*proofs, *_job_stream(todo, template_bytes, options)])
-        for job, result in ex.run(jobs.run, stream, deadline=job_deadline):
+        for job, result in ex.run(grade_one, stream, deadline=job_deadline):
             if any(job is proof for proof in proofs):
                 problem = proof_problem(result)
                 if problem is not None:

@@ -84,11 +84,3 @@ def digest_of(notebook: bytes, timestamp: str | None) -> str:
 def default_protected() -> list[str]:
     """What no student code may open: the work folder (gradebook, every submission) and the sources."""
     return [str(course.work_dir().resolve()), str(course.ROOT / "_grading"), str(course.ROOT / "solutions")]
-
-
-def run(job: Job) -> JobResult:
-    """Grade one job (what a worker runs): ``grader.classroom.autograde.grade_job``, imported here so
-    that the coordinator, which only names this function, does not load nbgrader to hand out jobs."""
-    from grader.classroom.autograde import grade_job
-
-    return grade_job(job)

@@ -43,7 +43,7 @@ from grader.classroom.servers import kernel_env
 class KernelSettings:
     """What the next kernel of this worker gets (set by the job before nbgrader runs)."""
 
-    fork_server: Any = None  # a grader.classroom.fork_server.ForkServer, or None for plain subprocess kernels
+    fork_server: Any = None  # a grader.classroom.fork_client.ForkServer, or None for plain subprocess kernels
     memory: int | None = None
     guard: dict = field(default_factory=dict)
     log: str | None = None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grader.classroom import seal
 from grader.classroom.executors import RUN_AREA
-from grader.classroom.fork_server import ForkServer, plain_command
+from grader.classroom.fork_client import ForkServer, plain_command
 
 # the Unix socket of the trusted-only fork server that a grading run shares among its workers
 SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"

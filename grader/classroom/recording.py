@@ -1,0 +1,80 @@
+"""Recording the course's lessons in nbgrader's gradebook where plain nbgrader needs them.
+
+``nbgrader autograde`` and the formgrader's Autograde button grade a lesson only once the gradebook
+knows its test cells; nbgrader_config.py calls ``record_lessons`` when it loads and names
+``record_before_autograde`` as Autograde's pre-convert hook, so neither needs a *Generate* first.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from grader.course import lessons, work_dir
+
+_recording = False
+
+
+def _silence(record: object) -> bool:
+    return False
+
+
+def record_lessons(argv: list[str] | None = None) -> list[str]:
+    """Before plain ``nbgrader autograde``: record in the gradebook, from solutions/, each lesson it lacks.
+
+    A lesson whose cells changed in solutions/ is recorded again too. nbgrader_config.py calls this,
+    so autograding needs no build step first; any other command (``argv``, default ``sys.argv``)
+    records nothing. Returns the lessons recorded.
+    """
+    argv = sys.argv if argv is None else argv
+    program = Path(argv[0]).name if argv else ""
+    plain_nbgrader = program == "nbgrader" or (
+        program == "__main__.py" and Path(argv[0]).parent.name == "nbgrader"
+    )
+    if _recording or not plain_nbgrader or argv[1:2] != ["autograde"]:
+        return []
+    return _record(lessons())
+
+
+def record_before_autograde(assignment: str = "", **_: object) -> None:
+    """nbgrader's ``Autograde.pre_convert_hook`` (nbgrader_config.py): before a submission is graded --
+    by the command line or by the formgrader's Autograde button, inside the Lab server -- its lesson is
+    recorded in the gradebook from solutions/ if the gradebook lacks it or its cells changed, so the
+    button works on a fresh clone and the formgrader shows the test it grades with."""
+    if assignment in lessons():
+        _record([assignment])
+
+
+def _record(lesson_ids: list[str]) -> list[str]:
+    """Record ``lesson_ids`` in the course's gradebook where needed (one process at a time); the ones recorded."""
+    global _recording
+    if _recording:
+        return []
+    from traitlets.log import get_logger
+
+    from grader.classroom.grading import ensure_gradebook
+
+    _recording = True  # recording loads nbgrader_config.py again
+    log = get_logger()  # the running nbgrader command's: its details of recording are noise here
+    log.addFilter(_silence)
+    try:
+        work_dir().mkdir(parents=True, exist_ok=True)
+        with open(work_dir() / ".gradebook.lock", "w") as lock:
+            if os.name == "posix":
+                import fcntl
+
+                fcntl.flock(lock, fcntl.LOCK_EX)  # several `nbgrader autograde` at once record once
+            recorded = ensure_gradebook(lesson_ids)
+    except RuntimeError as e:
+        print(f"[nbgrader_config] {e}", file=sys.stderr)
+        return []
+    finally:
+        log.removeFilter(_silence)
+        _recording = False
+    if recorded:
+        print(
+            f"[nbgrader_config] recorded in the gradebook from solutions/: {', '.join(recorded)}",
+            file=sys.stderr,
+        )
+    return recorded
