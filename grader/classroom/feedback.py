@@ -29,10 +29,15 @@ one is deleted and reported, never left for students.
 
 from __future__ import annotations
 
+import datetime
 import functools
+import hashlib
+import hmac
 import html
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +293,97 @@ def student_code(lesson_id: str, student: str) -> str:
     return "\n".join(out)
 
 
+# ------------------------------------------------------------------ what nbgrader's exchange reads
+
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
+SMALL = 4096  # bytes: a timestamp or an exchange secret is far shorter
+
+
+def _read_small(path: Path) -> str | None:
+    """A short text file's content, read without following a link (None: absent, a link, too long)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, SMALL + 1)
+    finally:
+        os.close(fd)
+    if len(data) > SMALL:
+        return None
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+
+
+def _handed_in(lesson_id: str, student: str) -> str:
+    """When a submission was handed in, as nbgrader writes it: its ``timestamp.txt`` (the exchange's
+    or collect's), else the time the notebook was placed."""
+    submitted = course.submission_path(lesson_id, student)
+    text = _read_small(submitted.parent / "timestamp.txt")
+    if text:
+        return text
+    try:
+        placed = datetime.datetime.fromtimestamp(submitted.stat().st_mtime, datetime.UTC)
+    except OSError:
+        placed = datetime.datetime.now(datetime.UTC)
+    return placed.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def _secret_of(lesson_id: str, student: str) -> str:
+    """The submission's exchange secret: the one ``nbgrader submit`` wrote (kept beside the notebook
+    by ``nbgrader collect``), else one drawn from the course secret, the same at every regeneration."""
+    text = _read_small(course.submission_path(lesson_id, student).parent / "submission_secret.txt")
+    if text and re.fullmatch(r"[0-9A-Za-z]{16,512}", text):
+        return text
+    message = "\0".join(["feedback", lesson_id, student]).encode("utf-8", "surrogatepass")
+    return hmac.new(course.secret(), message, hashlib.sha256).hexdigest()
+
+
+def exchange_files(lesson_id: str, student: str) -> list[str]:
+    """Give a feedback folder the files ``nbgrader release_feedback`` reads beside each page.
+
+    ``release_feedback`` opens ``timestamp.txt`` and ``submission_secret.txt`` in every feedback
+    folder and stops at the first one without them, so one submission placed by hand (or graded by
+    the tool, which keeps no secret in its autograded folders) stopped the release for the rest of
+    the class. A missing timestamp is the submission's own (see ``_handed_in``); a missing secret
+    is the one the student's ``nbgrader submit`` made, so ``nbgrader fetch_feedback`` finds the page,
+    else a stable one of the course's. Returns the files written.
+    """
+    folder = feedback_path(lesson_id, student).parent
+    if not SAFE_NAME.fullmatch(lesson_id) or not SAFE_NAME.fullmatch(student) or not folder.is_dir():
+        return []
+    written = []
+    for name, make in zip(EXCHANGE_FILES, (_handed_in, _secret_of)):
+        path = folder / name
+        if os.path.lexists(path) and _read_small(path):
+            continue
+        if os.path.lexists(path):
+            path.unlink()
+        path.write_text(make(lesson_id, student))
+        written.append(name)
+    return written
+
+
+def after_feedback(
+    assignment: str = "", student: str = "", notebooks: list[str] | None = None, **_: Any
+) -> None:
+    """nbgrader's ``GenerateFeedback.post_convert_hook`` (nbgrader_config.py): once a submission's
+    pages are written, its feedback folder gets what ``nbgrader release_feedback`` reads. nbgrader
+    passes the autograded notebooks (``<autograded>/<student>/<lesson>/<notebook>.ipynb``); its
+    ``student`` may be a pattern, so the student and lesson are read from those paths."""
+    done = set()
+    for nb in notebooks or []:
+        folder = Path(nb).parent
+        key = (folder.name, folder.parent.name)
+        if key not in done:
+            done.add(key)
+            exchange_files(*key)
+
+
 # ------------------------------------------------------------------ generating
 
 
@@ -321,6 +417,7 @@ def _checked_page(lesson_id: str, student: str) -> dict:
             "student": student,
             "error": f"hidden test code in the page: {found[:3]}",
         }
+    exchange_files(lesson_id, student)  # if nbgrader's hook did not run (it logs its errors only)
     return {"lesson": lesson_id, "student": student, "path": str(path)}
 
 

@@ -6,7 +6,8 @@ Written to ``<work>/report/`` (or ``--out``):
   tool's own values (its grading records), plus ``gradebook_check``: only the grading run writes
   grades, so every gradebook row it did not write, or that differs from what
   it wrote (a score edited in the database, a manual grade, a run of plain nbgrader), is
-  flagged there and in the class report;
+  flagged there and in the class report; a lesson the student never submitted has blank scores
+  (``nbgrader export`` writes 0);
 - ``class_report.md``: per-exercise pass rates, the most frequent diagnosed
   misconceptions, submissions flagged for tampering, the ones that did not run
   cleanly, and the slowest;
@@ -270,7 +271,8 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
     """Grade rows from the tool's records, each checked against the gradebook; and the disagreements.
 
     Every lesson the gradebook knows x every student it knows or the records name: the tool's
-    values where it graded the submission; a row it did not write is listed without a score.
+    values where it graded the submission; a row it did not write is listed without a score, and so
+    is a lesson the student never submitted (blank, where ``nbgrader export`` writes 0).
     """
     import warnings
 
@@ -330,7 +332,8 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
                         timestamp=held["timestamp"] or "", raw_score="", late_submission_penalty="", score=""
                     )
                     problem = f"not written by the grading tool (the gradebook says {held['score']:g})"
-                else:
+                else:  # never submitted: no score at all, which a 0 would not say
+                    row.update(raw_score="", late_submission_penalty="", score="")
                     problem = ""
                 row["gradebook_check"] = problem
                 if problem:

@@ -1,0 +1,148 @@
+"""An instructor's own nbgrader habits work on this course.
+
+A class is graded in a private work folder: one notebook placed by hand as the README says, one placed
+by ``python -m grader collect`` from a Canvas export, one as ``nbgrader collect`` leaves it (with the
+timestamp and the secret ``nbgrader submit`` wrote). The tests then run nbgrader's own command line
+on it, with a private exchange folder, and check what an instructor would see: the pages released,
+the numbers in the exported CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import course
+from grader.classroom import collect, feedback, grading, report
+from grader.classroom.jobs import Options
+from tests.nbtools import ROOT, filled, grading_work, solution_sources
+
+pytestmark = pytest.mark.slow
+
+L1, L2 = "01_projection", "02_scoring"
+COURSE_ID = "attention-step-by-step"
+HAND, LMS, EXCHANGE = "habits_hand", "habitslms", "habits_exchange"
+SECRET = "ab12" * 32  # what `nbgrader submit` writes: 128 hex digits
+
+
+def _notebook() -> bytes:
+    nb = filled(ROOT / "notebooks" / L1 / f"{L1}.ipynb", solution_sources(L1))
+    return nbformat.writes(nb).encode()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Three submissions of lesson 01 graded by the course's tool; lesson 02 known, submitted by nobody."""
+    work = tmp_path_factory.mktemp("habits-work")
+    with grading_work(work, [L1, L2]):
+        data = _notebook()
+        # placed by hand: the notebook alone
+        dest = course.submission_path(L1, HAND)
+        dest.parent.mkdir(parents=True)
+        dest.write_bytes(data)
+        # placed by collect from a Canvas export (the zip entry's time becomes timestamp.txt)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            zf.writestr(
+                zipfile.ZipInfo(f"{LMS}_12345_901_{L1}.ipynb", date_time=(2026, 11, 1, 9, 0, 0)), data
+            )
+        export = work / "canvas.zip"
+        export.write_bytes(buf.getvalue())
+        rep = collect.collect(export, lesson_ids=[L1])
+        assert [o.student for o in rep.outcomes if o.action == "placed"] == [LMS], rep.format()
+        assert (course.submission_path(L1, LMS).parent / "timestamp.txt").exists()
+        # as `nbgrader collect` leaves a submission from the exchange
+        placed = course.submission_path(L1, EXCHANGE)
+        placed.parent.mkdir(parents=True)
+        placed.write_bytes(data)
+        (placed.parent / "timestamp.txt").write_text("2026-11-02 10:00:00.000000 UTC")
+        (placed.parent / "submission_secret.txt").write_text(SECRET)
+        summary = grading.grade([L1], options=Options(timeout=60), workers=2, progress=False)
+        assert summary.graded == 3 and not summary.failed, grading.format_summary(summary)
+        yield work
+
+
+def _nbgrader(work: Path, *args: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = dict(os.environ, PATH=path, ATTENTION_COURSE_WORK=str(work))
+    return subprocess.run(["nbgrader", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _release(work: Path, exchange: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    exchange.mkdir(exist_ok=True)
+    run = _nbgrader(work, "release_feedback", L1, f"--Exchange.root={exchange}")
+    released = exchange / COURSE_ID / "feedback"
+    return run, {p.name for p in released.glob("*.html")} if released.is_dir() else set()
+
+
+def _hash(secret: str) -> str:
+    from nbgrader.utils import notebook_hash
+
+    return notebook_hash(secret=secret, notebook_id=L1) + ".html"
+
+
+def test_release_feedback_releases_every_page_after_plain_generate_feedback(graded, tmp_path):
+    shutil.rmtree(graded / "feedback", ignore_errors=True)
+    made = _nbgrader(graded, "generate_feedback", L1)
+    assert made.returncode == 0, made.stderr[-3000:]
+    for student in (HAND, LMS, EXCHANGE):
+        assert (graded / "feedback" / student / L1 / f"{L1}.html").exists(), student
+    run, released = _release(graded, tmp_path / "exchange")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert len(released) == 3, (released, run.stderr[-3000:])
+    # the exchange student's page lies where `nbgrader fetch_feedback` looks for it
+    assert _hash(SECRET) in released
+
+
+def test_release_feedback_releases_every_page_made_by_the_course_tool(graded, tmp_path):
+    shutil.rmtree(graded / "feedback", ignore_errors=True)
+    old = os.environ.get("ATTENTION_COURSE_WORK")
+    os.environ["ATTENTION_COURSE_WORK"] = str(graded)
+    try:
+        pages = feedback.generate([L1], workers=1, progress=False)
+    finally:
+        if old is None:
+            del os.environ["ATTENTION_COURSE_WORK"]
+        else:
+            os.environ["ATTENTION_COURSE_WORK"] = old
+    assert sorted(p["student"] for p in pages if "path" in p) == sorted([HAND, LMS, EXCHANGE]), pages
+    run, released = _release(graded, tmp_path / "exchange")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(released) == 3 and _hash(SECRET) in released, (released, run.stderr[-3000:])
+    # a regeneration releases the same pages again, not new ones beside them
+    shutil.rmtree(graded / "feedback")
+    assert _nbgrader(graded, "generate_feedback", L1).returncode == 0
+    again, released_again = _release(graded, tmp_path / "exchange")
+    assert again.returncode == 0 and released_again == released, again.stderr[-3000:]
+
+
+def _export(work: Path, out: Path) -> dict[tuple[str, str], dict]:
+    old = os.environ.get("ATTENTION_COURSE_WORK")
+    os.environ["ATTENTION_COURSE_WORK"] = str(work)
+    try:
+        paths = report.export(out)
+    finally:
+        if old is None:
+            del os.environ["ATTENTION_COURSE_WORK"]
+        else:
+            os.environ["ATTENTION_COURSE_WORK"] = old
+    return {(r["assignment"], r["student_id"]): r for r in csv.DictReader(paths["grades"].open())}
+
+
+def test_a_lesson_never_submitted_is_blank_in_the_export(graded, tmp_path):
+    rows = _export(graded, tmp_path / "report")
+    for student in (HAND, LMS, EXCHANGE):
+        submitted, never = rows[(L1, student)], rows[(L2, student)]
+        assert float(submitted["score"]) == float(submitted["max_score"]) > 0, submitted
+        assert (never["raw_score"], never["late_submission_penalty"], never["score"]) == ("", "", ""), never
+        assert float(never["max_score"]) > 0 and never["gradebook_check"] == "", never
