@@ -250,3 +250,37 @@ REALISTIC = [
 @pytest.mark.parametrize("name, source, diagnosis", REALISTIC, ids=[d for _, _, d in REALISTIC])
 def test_mistakes_written_with_torch_softmax_are_named(name, source, diagnosis):
     wrong_versions.assert_named_in_process(name, wrong_versions.answer_function(source, name), diagnosis)
+
+
+# ------------------------------------------- the capstone grades attention alone
+
+# {student: (answers, the capstone's points, a phrase of its message or None)}
+CAPSTONE = {
+    # mixes the keys instead of the values: its weights are right, its output is not
+    "capstone_attention_mixes_keys": (
+        {"ex07_attention": attention_answer().replace("O = A @ V", "O = A @ K")},
+        0,
+        "O (the first thing attention returns) for 5 tokens with d_v = 4 has shape (5, 2)",
+    ),
+    # self_attention scaled by sqrt(d_model): its own checks fail, the capstone does not
+    "capstone_only_self_attention_wrong": (
+        {"ex07_self_attention": self_answer(scale="math.sqrt(X.shape[-1])")},
+        2,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("student", sorted(CAPSTONE))
+def test_capstone_checks_attention_alone(student, built_course):
+    from grader import course
+    from tests.nbtools import cell_error
+
+    answers, points, phrase = CAPSTONE[student]
+    grades = wrong_versions.grade(LESSON, student, answers, built_course)["grades"]
+    assert grades["test07_capstone"] == (points, 2), grades
+    if phrase is not None:
+        message = cell_error(course.autograded_path(LESSON, student), "test07_capstone")
+        assert phrase in message, message
+    else:  # the function that is wrong loses its own points
+        assert grades["test07_self_attention_hidden"][0] == 0, grades

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import grader
 from attention_course import data
+from grader import course
 from grader.lessons import l09_kv_cache as m
 from tests import wrong_versions
 from tests.conftest import DEVICES
+from tests.nbtools import ROOT, cell_error, filled, run_in_kernel, solution_sources
 from tests.solutions import read_solution
 from tests.tensors import DTYPES, draw, tol
 
@@ -295,3 +299,96 @@ def kv_cache_bytes(n_layers, n_kv_heads, d_head, n_tokens, batch=1, bytes_per_va
     test_correct_but_different_implementation_gets_full_marks,
     test_correct_but_different_implementations_pass_the_harness,
 ) = wrong_versions.alternative_tests(LESSON, ALTERNATIVE, max_score=15)
+
+
+# ------------------------------------------------------------------ kv_cache_bytes returns an int
+
+BYTES_NOT_INT = {
+    "a float, from a true division": edit(BYTES_OK, ("return 2 * ", "return 4 / 2 * ")),
+    "a float, from float()": edit(BYTES_OK, ("return 2 * ", "return float(2) * ")),
+    "a tensor": edit(BYTES_OK, ("return 2 * ", "return torch.tensor(2.0) * ")),
+    "a bool": edit(BYTES_OK, ("return 2 * ", "return True or 2 * ")),
+}
+
+
+@pytest.mark.parametrize("source", BYTES_NOT_INT.values(), ids=list(BYTES_NOT_INT))
+def test_kv_cache_bytes_that_is_not_an_int_fails_the_hidden_check_naming_its_type(source):
+    fn = wrong_versions.answer_function(source, "kv_cache_bytes")
+    with pytest.raises(AssertionError) as info:
+        grader.check("kv_cache_bytes", fn)
+    message = str(info.value)
+    kind = type(fn(32, 32, 128, 4096)).__name__.replace("Tensor", "torch.Tensor")
+    assert "should return an int" in message and f"it returned a {kind}" in message, message
+
+
+def test_kv_cache_bytes_as_a_numpy_or_python_int_passes():
+    import numpy as np
+
+    grader.check("kv_cache_bytes", wrong_versions.answer_function(BYTES_OK, "kv_cache_bytes"))
+    grader.check("kv_cache_bytes", lambda *args, **kwargs: np.int64(m.kv_cache_bytes(*args, **kwargs)))
+
+
+@pytest.mark.slow
+def test_kv_cache_bytes_returning_a_float_loses_the_visible_and_hidden_points(built_course):
+    student = "bytes_as_float"
+    answers = {"ex09_kv_cache_bytes": BYTES_NOT_INT["a float, from float()"]}
+    grades = wrong_versions.grade(LESSON, student, answers, built_course)["grades"]
+    graded = course.autograded_path(LESSON, student)
+    for test_id in ("test09_kv_cache_bytes_model", "test09_kv_cache_bytes_hidden"):
+        assert grades[test_id][0] == 0 < grades[test_id][1], (test_id, grades)
+        assert "should return an int" in cell_error(graded, test_id), cell_error(graded, test_id)
+        assert "float" in cell_error(graded, test_id), cell_error(graded, test_id)
+    assert grades["test09_kv_cache_step_hidden"] == (4, 4), grades
+
+
+# ------------------------------------------------------------------ the measuring cells, for any correct step
+
+STEP_EINSUM = """
+def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+    q = torch.einsum("...td,de->...te", x_t, W_q)
+    K = torch.cat([K_cache, torch.einsum("...td,de->...te", x_t, W_k)], dim=-2)
+    V = torch.cat([V_cache, torch.einsum("...td,de->...te", x_t, W_v)], dim=-2)
+    A = torch.softmax(torch.einsum("...qd,...kd->...qk", q, K) / math.sqrt(q.shape[-1]), dim=-1)
+    return torch.einsum("...qk,...kd->...qd", A, V), K, V
+"""
+STEP_ELEMENTWISE = """
+def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+    q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
+    K, V = torch.cat([K_cache, k], dim=-2), torch.cat([V_cache, v], dim=-2)
+    w = torch.softmax((q * K).sum(-1) / math.sqrt(q.shape[-1]), dim=-1)   # (..., t + 1): one weight per key
+    return (w[..., :, None] * V).sum(-2, keepdim=True), K, V
+"""
+# {way of writing kv_cache_step: (its source, what the measuring cells must say)}
+STEPS = {
+    "einsum": (STEP_EINSUM, "counts equal the formulas: True"),
+    "scaled_dot_product_attention": (ALTERNATIVE["ex09_kv_cache_step"], "counts equal the formulas: True"),
+    "elementwise products and sums": (STEP_ELEMENTWISE, "The counter sees matrix products only"),
+}
+
+
+def _run_all(answers: dict[str, str], cwd: Path) -> str:
+    """Run All on the student notebook with the model solutions and ``answers``; the text it printed.
+
+    Like Run All, the run stops (here: raises) at the first cell that fails.
+    """
+    nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", solution_sources(LESSON) | answers)
+    run_in_kernel(nb, cwd)
+    return "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "stream"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("way", STEPS)
+def test_measuring_cells_run_through_for_any_correct_kv_cache_step(way, tmp_path):
+    """Run All reaches the end, and the count of a correct step is never called wrong."""
+    source, says = STEPS[way]
+    grader.check("kv_cache_step", wrong_versions.answer_function(source, "kv_cache_step"))  # it is correct
+    printed = _run_all({"ex09_kv_cache_step": source}, tmp_path)
+    assert says in printed, printed
+    assert ": False" not in printed, printed
+    assert "cached decoding of 64 tokens vs full causal attention" in printed, printed  # the last cells ran

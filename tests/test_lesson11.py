@@ -248,6 +248,10 @@ def tiled_attention(Q, K, V, block_size, causal=False):
     return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
 """
 
+# right whenever a row has a score above 0: only rows whose scores are all far below 0 show it
+TILED_MAX_FROM_ZERO = tiled_answer().replace('float("-inf"), dtype=Q.dtype', "0.0, dtype=Q.dtype")
+assert TILED_MAX_FROM_ZERO != tiled_answer()
+
 STATS_CELL, TILED_CELL = "ex11_online_softmax_stats", "ex11_tiled_attention"
 
 # {student: [(answer, diagnosis), ...]}: one wrong version of each function
@@ -300,6 +304,9 @@ WRONG_SUBMISSIONS = wrong_versions.wrong_submissions(
         ],
         "sdpa": [
             (TILED_SDPA, "scaled_dot_product_attention was called"),
+        ],
+        "tiled_max_from_zero": [
+            (TILED_MAX_FROM_ZERO, "the running max started at 0 instead of -inf"),
         ],
     },
 )
@@ -562,3 +569,32 @@ def online_softmax_stats(Z, block_size):
 )
 def test_float64_inside_and_other_roundings_pass(name, source):
     grader.check(name, wrong_versions.answer_function(source, name))
+
+
+# ------------------------------------------------- every score far below 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_attention_survives_scores_near_minus_1000_and_a_max_from_0_does_not(device, causal):
+    Q, K = ref._near_1000(
+        draw(2, 9, 4, seed=8, device=device), draw(2, 9, 4, seed=9, device=device), shift=-1000.0
+    )
+    V = draw(2, 9, 3, seed=10, device=device)
+    S = Q @ K.mT / math.sqrt(Q.shape[-1])
+    assert S.max() < -990
+    want = F.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal).float()
+    torch.testing.assert_close(ref.tiled_attention(Q, K, V, 4, causal=causal), want, rtol=1e-4, atol=1e-4)
+    from_zero = wrong_versions.answer_function(TILED_MAX_FROM_ZERO, "tiled_attention")
+    assert torch.isnan(from_zero(Q, K, V, 4, causal=causal)).all()  # exp(-1000 - 0) = 0 everywhere: 0 / 0
+
+
+def test_the_watch_passes_the_reference_on_the_cases_near_minus_1000():
+    cases = [c for c in ref.TILED_ATTENTION.cases(torch.device("cpu")) if "near -1000" in c.label]
+    assert len(cases) == 2
+    for case in cases:
+        Q, K, V, block_size = case.args
+        assert block_size < K.shape[-2]  # the watch is on: a full score matrix would be flagged
+        O = ref.tiled_attention(*case.args, **case.kwargs)
+        assert note_of(O) is None, case.label
+        assert torch.isfinite(ref._plain(O)).all(), case.label

@@ -10,6 +10,7 @@ cache, itself included; no mask is needed, since the cache holds only the past.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -254,11 +255,23 @@ def _bytes_cases(device: torch.device) -> list[Case]:
     return [Case(label, args, kwargs) for label, args, kwargs in spec]
 
 
+def _type_name(x: object) -> str:
+    """What a student returned, in words: ``a float (2147483648.0)``, ``a torch.Tensor of dtype int64``."""
+    if isinstance(x, torch.Tensor):
+        return f"a torch.Tensor of dtype {str(x.dtype).replace('torch.', '')}"
+    kind = type(x).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return f"{article} {kind} ({x!r})" if isinstance(x, numbers.Number) else f"{article} {kind}"
+
+
 def _compare_bytes(expected: int, got, label: str) -> str | None:
-    if isinstance(got, torch.Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        return f"kv_cache_bytes should return a number of bytes (an int), got {type(got).__name__}."
+    # a count of bytes is a whole number: a float (from / or math.pow), a bool or a tensor is not one, even
+    # when it compares equal; numpy's integers are ints (numbers.Integral), a bool is not
+    if isinstance(got, bool) or not isinstance(got, numbers.Integral):
+        return (
+            f"kv_cache_bytes should return an int (a whole number of bytes), but it returned "
+            f"{_type_name(got)}. Multiply ints with * (no /, no float), or wrap the result in int(...)."
+        )
     if got != expected:
         ratio = got / expected
         return f"got {got:,} bytes, expected {expected:,} (yours is {ratio:.4g} times the right size)."

@@ -142,12 +142,12 @@ def _in_float64(fn):
     return expected
 
 
-# float32 near +1000: the scores carry float32 rounding however they are computed, compared with the exact answer
+# float32 near +-1000: the scores carry float32 rounding however they are computed, compared with the exact answer
 _NEAR_1000 = {torch.float32: (1e-3, 1e-4)}
 
 
 def _tolerances(label: str) -> dict | None:
-    return _NEAR_1000 if "near +1000" in label else None
+    return _NEAR_1000 if "near +1000" in label or "near -1000" in label else None
 
 
 def _notes_differ(expected, got, fn: str) -> str | None:
@@ -260,11 +260,11 @@ def _compare_tiled(expected, got, label: str) -> str | None:
     return problem or _notes_differ(expected, got, "tiled_attention")
 
 
-def _near_1000(Q: torch.Tensor, K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Append one feature that adds 1000 to every score: S = (q.k + 1000 sqrt(d)) / sqrt(d)."""
+def _near_1000(Q: torch.Tensor, K: torch.Tensor, shift: float = 1000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append one feature that adds ``shift`` to every score: S = (q.k + shift sqrt(d)) / sqrt(d)."""
     d = Q.shape[-1] + 1
     ones = torch.ones(*Q.shape[:-1], 1, dtype=Q.dtype, device=Q.device)
-    lift = torch.full((*K.shape[:-1], 1), 1000 * math.sqrt(d), dtype=K.dtype, device=K.device)
+    lift = torch.full((*K.shape[:-1], 1), shift * math.sqrt(d), dtype=K.dtype, device=K.device)
     return torch.cat([Q, ones], -1), torch.cat([K, lift], -1)
 
 
@@ -288,14 +288,19 @@ def _tiled_cases(device: torch.device) -> list[Case]:
         ("3-D, every score near +1000 (overflow test)", (2,), 6, 9, 4, 3, 3, False, torch.float32),
         ("3-D, block_size 1", (2,), 5, 7, 4, 3, 1, False, torch.float64),
         ("3-D, block_size larger than T_k (one block)", (2,), 5, 6, 4, 3, 8, False, torch.float32),
+        # every score about -1000: exp(s - m) underflows to 0 unless m is a score of the row
+        ("3-D, every score near -1000 (underflow test)", (2,), 7, 10, 4, 3, 4, False, torch.float32),
+        ("4-D causal, every score near -1000 (underflow test)", (2, 3), 9, 9, 4, 6, 4, True, torch.float64),
     ]
     cases = []
     for i, (kind, batch, T_q, T_k, d_k, d_v, b, causal, dtype) in enumerate(spec):
         Q = randn(*batch, T_q, d_k, seed=1300 + i, device=device, dtype=dtype)
         K = randn(*batch, T_k, d_k, seed=1310 + i, device=device, dtype=dtype)
         V = randn(*batch, T_k, d_v, seed=1320 + i, device=device, dtype=dtype)
-        if "1000" in kind:
+        if "near +1000" in kind:
             Q, K = _near_1000(Q, K)
+        elif "near -1000" in kind:
+            Q, K = _near_1000(Q, K, shift=-1000.0)
         rule = Rule("matrix", T_q=T_q, T_k=T_k) if b < T_k else Rule("free")
         args = tuple(watched(t, rule) for t in (Q, K, V)) + (b,)
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
@@ -304,11 +309,18 @@ def _tiled_cases(device: torch.device) -> list[Case]:
 
 
 def _tiled_variant(
-    *, rescale=True, subtract=True, divide_inside=False, drop_last=False, local=False, scale=True
+    *,
+    rescale=True,
+    subtract=True,
+    divide_inside=False,
+    drop_last=False,
+    local=False,
+    scale=True,
+    m_start=NEG_INF,
 ):
     def attention(Q, K, V, block_size, causal=False):
         T_q, T_k = Q.shape[-2], K.shape[-2]
-        m = torch.full((*Q.shape[:-1], 1), NEG_INF, dtype=Q.dtype, device=Q.device)
+        m = torch.full((*Q.shape[:-1], 1), m_start, dtype=Q.dtype, device=Q.device)
         l = torch.zeros((*Q.shape[:-1], 1), dtype=Q.dtype, device=Q.device)
         acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
         rows = torch.arange(T_q, device=Q.device)[:, None]
@@ -354,6 +366,13 @@ TILED_ATTENTION = Exercise(
             "exp of a score near 1000 is inf in float32: weight a block by exp(S_b - m_new), "
             "and rescale what came before by exp(m - m_new).",
             _tiled_variant(subtract=False),
+        ),
+        Trap(
+            "the running max started at 0 instead of -inf",
+            "When every score of a row is below 0 (say -1000), a max that starts at 0 never moves, "
+            "exp(-1000 - 0) underflows to 0 and acc / l is 0 / 0: start m at -inf "
+            "(torch.full(..., float('-inf'))).",
+            _tiled_variant(m_start=0.0),
         ),
         Trap(
             "the output was divided by the sum inside the loop",
