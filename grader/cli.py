@@ -191,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
             notebook_timeout=args.notebook_timeout,
             kernels=args.kernels,
         )
+        from grader.classroom import seal
+
+        sealed, why = seal.available()
+        if not sealed and seal.unsealed_refusal() is None:
+            print(f"NOT SEALED ({why}): grading under the in-process guard only, as asked.", file=sys.stderr)
         try:
             summary = grading.grade(
                 args.lessons or None,

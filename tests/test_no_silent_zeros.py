@@ -52,14 +52,7 @@ def _run(copy: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _scores(copy: Path) -> list[tuple]:
-    db = copy / "_grading" / "gradebook.db"
-    if not db.exists():
-        return []
-    with sqlite3.connect(db) as con:
-        return con.execute(
-            "SELECT s.student_id, g.auto_score FROM grade g JOIN submitted_notebook n ON g.notebook_id = n.id "
-            "JOIN submitted_assignment s ON n.assignment_id = s.id"
-        ).fetchall()
+    return _scores_in(copy / "_grading")
 
 
 def test_a_run_whose_kernels_cannot_import_the_course_stops_and_says_why(new_term):
@@ -122,3 +115,75 @@ def test_the_lessons_own_solution_earns_full_marks_where_the_course_can_grade():
         [(c.grade_id, c.message) for c in result.cells],
     )
     assert result.score == result.max_score > 0
+
+
+# ------------------------------------------------------------------ sealed, or unsealed on purpose
+
+
+@pytest.fixture(scope="module")
+def one_submission(tmp_path_factory) -> Path:
+    """A work folder of this course with one correct submission."""
+    work = tmp_path_factory.mktemp("isolation-work")
+    folder = work / "submitted" / "ada" / LESSON
+    folder.mkdir(parents=True)
+    nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", solution_sources(LESSON))
+    (folder / f"{LESSON}.ipynb").write_text(json.dumps(nb))
+    return work
+
+
+def _in_course(
+    work: Path, *args: str, without_bwrap: bool = False, **extra: str
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ATTENTION_COURSE_NO_SEAL"}
+    env.update(ATTENTION_COURSE_WORK=str(work), **extra)
+    # a machine without bubblewrap: only the environment's own programs on PATH
+    env["PATH"] = str(Path(sys.executable).parent) + ("" if without_bwrap else f":{env.get('PATH', '')}")
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_without_bubblewrap_grading_stops_unless_asked_to_go_unsealed(one_submission):
+    run = _in_course(
+        one_submission, sys.executable, "-m", "grader", "grade", LESSON, "--quiet", without_bwrap=True
+    )
+    assert run.returncode == 2, (run.stdout, run.stderr[-2000:])
+    assert "NOT SEALED" in run.stderr and "ATTENTION_COURSE_NO_SEAL=1" in run.stderr, run.stderr
+    assert _scores_in(one_submission) == []
+    asked = _in_course(
+        one_submission,
+        sys.executable,
+        "-m",
+        "grader",
+        "grade",
+        LESSON,
+        "--quiet",
+        without_bwrap=True,
+        ATTENTION_COURSE_NO_SEAL="1",
+    )
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert asked.stderr.startswith("NOT SEALED (turned off by ATTENTION_COURSE_NO_SEAL)"), asked.stderr[:500]
+    assert "NOT SEALED" in asked.stdout  # and again in the summary
+    assert _scores_in(one_submission) and all(score is not None for _, score in _scores_in(one_submission))
+
+
+def test_plain_nbgrader_says_sealed_for_each_notebook_and_refuses_to_grade_unsealed_unasked(one_submission):
+    nbgrader = str(Path(sys.executable).parent / "nbgrader")
+    sealed = _in_course(one_submission, nbgrader, "autograde", LESSON, "--student=ada", "--force")
+    assert sealed.returncode == 0, sealed.stderr[-3000:]
+    assert f"Isolation: ada/{LESSON}: sealed" in sealed.stderr, sealed.stderr[-3000:]
+    bare = _in_course(
+        one_submission, nbgrader, "autograde", LESSON, "--student=ada", "--force", without_bwrap=True
+    )
+    assert bare.returncode != 0
+    assert "Could not be graded: NOT SEALED" in bare.stderr, bare.stderr[-3000:]
+    assert not (one_submission / "autograded" / "ada" / LESSON / f"{LESSON}.ipynb").exists()
+
+
+def _scores_in(work: Path) -> list[tuple]:
+    db = work / "gradebook.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as con:
+        return con.execute(
+            "SELECT s.student_id, g.auto_score FROM grade g JOIN submitted_notebook n ON g.notebook_id = n.id "
+            "JOIN submitted_assignment s ON n.assignment_id = s.id"
+        ).fetchall()

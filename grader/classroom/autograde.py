@@ -227,6 +227,9 @@ def _protected_around(autograded_dir: Path) -> list[str]:
 def _open_box(root: Path, autograded_dir: Path) -> Path:
     """The folder where this notebook's student code may write (tmp, scratch; for a job, the autograded
     copy too): inside the seal's area when sealed, else the private root. Records which it is."""
+    refusal = seal.unsealed_refusal()
+    if refusal is not None:
+        raise CouldNotGrade(refusal)
     ok, why = seal.available()
     if not ok:
         _CONTEXT.update(box=root, isolation=f"{seal.NOT_SEALED}: {why}")
@@ -298,7 +301,12 @@ class IndependentChecks(NbGraderPreprocessor):
     """Decide every test cell outside the kernel (see grader.classroom.trusted)."""
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
-        if not _CONTEXT.get("job") and not _begin_notebook(resources, self.config):
+        try:
+            begun = bool(_CONTEXT.get("job")) or _begin_notebook(resources, self.config)
+        except CouldNotGrade as e:
+            self.log.error("Could not be graded: %s", e)
+            raise
+        if not begun:
             self.log.warning("Not a lesson of this course: graded by the notebook alone")
             return nb, resources
         ctx = _CONTEXT
@@ -630,6 +638,13 @@ class ApplyVerdicts(NbGraderPreprocessor):
             if _CONTEXT.get("plain"):
                 ctx = _CONTEXT
                 who = f"{ctx['student']}/{ctx['lesson'].id}"
+                isolation = ctx.get("isolation") or "?"
+                if isolation == seal.SEALED:
+                    self.log.info("Isolation: %s: sealed", who)
+                else:
+                    self.log.warning(
+                        "Isolation: %s: %s", who, isolation.replace(seal.NOT_SEALED, "NOT SEALED", 1)
+                    )
                 for flag in ctx["flags"]:
                     self.log.warning("Flagged for review: %s: %s", who, flag)
                 for note in ctx["notes"]:

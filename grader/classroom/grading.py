@@ -575,6 +575,9 @@ def grade(
     """
     from grader.classroom.progress import Progress
 
+    refusal = seal.unsealed_refusal()
+    if refusal is not None:
+        raise RuntimeError(refusal)
     options = options or Options()
     if not options.protect:
         options.protect = default_protected()

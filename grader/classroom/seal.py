@@ -21,8 +21,9 @@ mount, PID, network and IPC namespace that shows only:
 There is no network (kernels talk to nbclient over IPC sockets in a bound
 folder), the environment is rebuilt from a short list, and everything in the
 PID namespace dies with it. Where bwrap is missing or cannot create namespaces
-(macOS, locked-down containers), or with ``ATTENTION_COURSE_NO_SEAL=1``,
-grading falls back to the in-process guard alone and every result says
+(macOS, locked-down containers), grading stops and says why, unless the
+instructor asked for the in-process guard alone with ``ATTENTION_COURSE_NO_SEAL=1``
+(in the environment, or set in nbgrader_config.py); then every result says
 "not sealed".
 """
 
@@ -130,6 +131,20 @@ def available() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, f"bubblewrap needs Linux (this is {sys.platform})"
     return _cached_trial()
+
+
+def unsealed_refusal() -> str | None:
+    """Why grading may not start here (the seal does not work and nobody asked to grade without it),
+    or None when it may (sealed, or unsealed on purpose)."""
+    ok, why = available()
+    if ok or os.environ.get(OFF_VARIABLE, "").strip() not in ("", "0"):
+        return None
+    return (
+        f"{NOT_SEALED.upper()} ({why}): student code would run without the bubblewrap boundary, under "
+        f"an in-process guard that is not a sandbox. Install bubblewrap (Debian/Ubuntu: apt-get install "
+        f"bubblewrap), or, to grade without it on purpose (macOS, a container without namespaces), set "
+        f"{OFF_VARIABLE}=1 in the environment (for plain nbgrader, nbgrader_config.py may set it)."
+    )
 
 
 def status() -> str:

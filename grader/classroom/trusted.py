@@ -657,6 +657,8 @@ def _message(error: BaseException) -> str:
 
 def main(job_path: str, to_sandbox: int, from_sandbox: int, sandbox_pid: int) -> None:
     start = time.perf_counter()
+    # the lesson's visible checks decide here as they do while graded: a failure raises, never a note
+    os.environ["NBGRADER_EXECUTION"] = "autograde"
     with open(job_path) as f:
         job = json.load(f)
     sandbox = Sandbox(to_sandbox, from_sandbox, sandbox_pid)
