@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="grades CSV (nbgrader's) and the class report with its chart")
     ex.add_argument("--out", type=Path, help="folder to write to (default: <work>/report)")
+    ex.add_argument(
+        "--roster", type=Path, help="the class list (Canvas's gradebook export works as is) for the LMS files"
+    )
     return parser
 
 
@@ -237,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         from grader.classroom import report
 
-        paths = report.export(args.out)
+        paths = report.export(args.out, roster=args.roster)
         rep = paths.pop("report_data")
         for name, path in paths.items():
             print(f"{name:15} {path}")

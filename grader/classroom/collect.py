@@ -766,16 +766,11 @@ def _header(name: str) -> str:
     return re.sub(r"[\s_\-]+", " ", name.strip().lower())
 
 
-def read_roster(path: Path) -> Roster:
-    """Every student of a roster CSV and the keys they go by.
-
-    Recognised columns (any case; spaces or underscores): a student id (``student id``, ``id``,
-    ``login``, ``username``, ``sis login id`` ...: the first present names the folder), names
-    (``name``, ``sortable name`` such as "Smith, Jane", ``first name`` + ``last name``), ``email``,
-    and LMS ids (``user id``, ``canvas user id``, ``sis user id``, ``lms id`` ...). Canvas's own
-    gradebook export (Student, ID, SIS User ID, SIS Login ID) works as it is.
-    """
-    roster = Roster()
+def roster_rows(path: Path) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """Each student row of a roster CSV: (student id, its cells by normalised header, its cells as
+    written). The student id is the first id column the row fills (an email: its part before the
+    @), else its name made a folder name. Canvas's "Points Possible" row is no student."""
+    rows = []
     with path.open(newline="", encoding="utf-8-sig") as f:
         for raw in csv.DictReader(f):
             row = {_header(k): (v or "").strip() for k, v in raw.items() if k}
@@ -791,21 +786,35 @@ def read_roster(path: Path) -> Roster:
             if not sid:
                 name = next((row[c] for c in NAME_COLUMNS | {"full name"} if row.get(c)), "")
                 sid = slug(name) if name else ""
-            if not sid:
+            if sid:
+                rows.append((sid, row, {k: (v or "").strip() for k, v in raw.items() if k}))
+    return rows
+
+
+def read_roster(path: Path) -> Roster:
+    """Every student of a roster CSV and the keys they go by.
+
+    Recognised columns (any case; spaces or underscores): a student id (``student id``, ``id``,
+    ``login``, ``username``, ``sis login id`` ...: the first present names the folder), names
+    (``name``, ``sortable name`` such as "Smith, Jane", ``first name`` + ``last name``), ``email``,
+    and LMS ids (``user id``, ``canvas user id``, ``sis user id``, ``lms id`` ...). Canvas's own
+    gradebook export (Student, ID, SIS User ID, SIS Login ID) works as it is.
+    """
+    roster = Roster()
+    for sid, row, _ in roster_rows(path):
+        keys, derived = [key(sid)], []
+        for column, value in row.items():
+            if not value or column not in KEY_COLUMNS | {"full name"}:
                 continue
-            keys, derived = [key(sid)], []
-            for column, value in row.items():
-                if not value or column not in KEY_COLUMNS | {"full name"}:
-                    continue
-                if column in NAME_COLUMNS | {"full name"}:
-                    keys.append(key(value))
-                    derived += _name_keys(value)[1:]
-                elif column in EMAIL_COLUMNS:
-                    keys += [key(value), key(value.split("@")[0])]
-                else:
-                    keys.append(key(value))
-            roster.add(list(dict.fromkeys(keys)), sid)
-            roster.add(derived, sid, derived=True)
+            if column in NAME_COLUMNS | {"full name"}:
+                keys.append(key(value))
+                derived += _name_keys(value)[1:]
+            elif column in EMAIL_COLUMNS:
+                keys += [key(value), key(value.split("@")[0])]
+            else:
+                keys.append(key(value))
+        roster.add(list(dict.fromkeys(keys)), sid)
+        roster.add(derived, sid, derived=True)
     return roster
 
 

@@ -427,8 +427,11 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -> dict[str, Path]:
-    """Write the grades CSV, the class report, its chart and its tables; return their paths."""
+def export(
+    out_dir: Path | None = None, only_lessons: list[str] | None = None, roster: Path | None = None
+) -> dict[str, Path]:
+    """Write the grades CSV, the class report, its chart, its tables and the LMS import files
+    (``grader.classroom.lms_export``; ``roster``: the class list to match); return their paths."""
     out_dir = out_dir or course.work_dir() / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     records = grading.load_records(only_lessons)
@@ -502,5 +505,8 @@ def export(out_dir: Path | None = None, only_lessons: list[str] | None = None) -
             )
     for name in ("exercises", "misconceptions", "submissions"):
         paths[name] = out_dir / f"{name}.csv"
+    from grader.classroom import lms_export
+
+    paths.update(lms_export.write(out_dir, records, only_lessons, roster))
     paths["report_data"] = rep  # type: ignore[assignment]
     return paths
