@@ -1,7 +1,8 @@
 """Visible self-checks: small assertions whose messages a student can act on.
 
 These compare against the numbers printed in the lessons; the hidden tests go
-further (random, batched inputs on every device).
+further (random, batched inputs on every device). In a student's session a failed
+check reports and goes on (``diagnosed``); ``where_you_stand`` sums up what ran.
 """
 
 from __future__ import annotations
@@ -52,12 +53,19 @@ def is_implemented(fn, *args, **kwargs) -> bool:
 
 
 def where_you_stand(*exercises: str) -> None:
-    """Print how this lesson's visible checks went in this session, exercise by exercise (not while graded)."""
+    """Print how this lesson's visible checks went in this session, exercise by exercise (not while graded).
+
+    It says only what it knows: which visible checks ran and passed here. The hidden checks (other
+    sizes, batches, dtypes, devices, the lesson's rules) run only when the notebook is graded.
+    """
     if graded():
         return
     results = list(CHECKS.values())
     passed = sum(outcome == "pass" for _, outcome, _ in results)
-    lines = [f"Where you stand: {passed} of {len(results)} visible checks pass."]
+    lines = [
+        f"Where you stand: {passed} of {len(results)} visible checks pass.",
+        "(The visible checks you ran in this session, on the lesson's own examples.)",
+    ]
     todo = []
     for exercise in exercises:
         mine = [(outcome, detail) for name, outcome, detail in results if name == exercise]
@@ -67,7 +75,7 @@ def where_you_stand(*exercises: str) -> None:
         if not mine:
             state = "no check has run yet: run its check cells"
         elif ok == len(mine):
-            state = f"done: {ok} of {len(mine)} checks pass"
+            state = f"its visible checks pass ({ok} of {len(mine)})"
         elif exercise in stubs:
             state = f"not done yet: still a stub ({len(mine) - ok} of {len(mine)} checks wait for it)"
             others = [f"`{s}`" for s in stubs if s != exercise]
@@ -77,9 +85,9 @@ def where_you_stand(*exercises: str) -> None:
         else:
             first = next((f for f in failures if f), "")
             state = (
-                f"{ok} of {len(mine)} checks pass; the first failure says: {first}"
+                f"FAILED: {ok} of {len(mine)} checks pass; the first failure says: {first}"
                 if first
-                else (f"{ok} of {len(mine)} checks pass; run the failing check to see its message")
+                else f"FAILED: {ok} of {len(mine)} checks pass; run the failing check to see its message"
             )
         mark = "[x]" if mine and ok == len(mine) else "[ ]"
         lines.append(f"  {mark} `{exercise}`: {state}")
@@ -87,5 +95,10 @@ def where_you_stand(*exercises: str) -> None:
             todo.append(f"`{exercise}`")
     lines.append(
         "Still to do: " + ", ".join(todo) + "." if todo else "Every exercise passes its visible checks."
+    )
+    lines.append(
+        "This is not a grade. When the notebook is graded, hidden checks also try your functions on other "
+        "sizes, batches, dtypes and devices, and hold them to the lesson's rules; the visible checks cannot "
+        "promise those points."
     )
     print("\n".join(lines))

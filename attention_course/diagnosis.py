@@ -9,6 +9,13 @@ outputs. A shape error raised inside the check is put into words, naming both
 shapes. The right answers are already printed in the visible checks; the stored
 outputs are only those of the mistakes.
 
+While a notebook is graded (``graded()``) a failing check raises, so that it loses
+its points. In a student's session it reports and goes on: the failure is printed
+in a box, the cells below still run, and ``CHECKS`` keeps every check's outcome for
+"Where you stand". There the exercise's stated rules are watched as well
+(``RuleWatch``, the forbidden functions and the rules' words read from
+``mistakes.json``, which carries the lessons' own ``Exercise.forbidden``).
+
 Also here, because the hidden checks use them as well (data flows from this
 package to the grader, never back): ``substituted``, which lets one exercise be
 checked on top of correct versions of the earlier ones, and ``watch_shapes`` /
@@ -20,10 +27,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import linecache
 import math
 import os
 import re
 import sys
+import textwrap
 import types
 import warnings
 from collections.abc import Callable, Iterator
@@ -33,6 +42,8 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from attention_course.watch import CallWatch
 
 MISTAKES = Path(__file__).with_name("mistakes.json")
 
@@ -316,7 +327,7 @@ def run_quietly(fn: Callable, args: tuple, kwargs: dict) -> Any:
 def diagnose(name: str, fn: Callable) -> tuple[str, str] | None:
     """(mistake, hint) when fn reproduces exactly one known mistake on every visible input of the exercise."""
     stored = _stored().get(name)
-    if not stored or not callable(fn):
+    if not stored or "traps" not in stored or not callable(fn):
         return None
     got = [encode(run_quietly(fn, args, kwargs)) for _, args, kwargs in visible_calls(name)]
     rtol, atol = stored.get("tolerance", [1e-4, 1e-5])
@@ -328,6 +339,119 @@ def diagnose(name: str, fn: Callable) -> tuple[str, str] | None:
     }
     # two different mistakes that look alike on these inputs: name neither
     return next(iter(found.items())) if len(found) == 1 else None
+
+
+def _stub_box(name: str, stub: str) -> str:
+    waits = "" if stub == name else f" (this check of `{name}` needs it)"
+    lines = [
+        f"not done yet: `{stub}` is still a stub{waits}.",
+        "This check fails until you implement it; the cells below still run.",
+    ]
+    width = max(map(len, lines)) + 2
+    return "\n".join(
+        ["+" + "-" * width + "+", *(f"| {line:<{width - 2}} |" for line in lines), "+" + "-" * width + "+"]
+    )
+
+
+BOX_WIDTH = 96  # the widest line of text inside a failure box
+
+
+def _wrapped(text: str) -> list[str]:
+    """text's lines, each longer line broken at BOX_WIDTH (continuations indented)."""
+    lines = []
+    for line in text.splitlines() or [""]:
+        line = line.rstrip().expandtabs()
+        if len(line) <= BOX_WIDTH:
+            lines.append(line)
+        else:
+            lines += textwrap.wrap(line, BOX_WIDTH, subsequent_indent="    ", break_on_hyphens=False)
+    return lines
+
+
+def failure_box(name: str, message: str, graded_says: str) -> str:
+    """A failed visible check as a framed box: a heading, the check's message, what grading would say."""
+    head = f"FAILED: this check of `{name}`"
+    body = _wrapped(message)
+    foot = _wrapped(
+        f"{graded_says} The cells below still run: fix `{name}`, run its cell, then run this check again."
+    )
+    width = max(len(line) for line in [head, *body, *foot]) + 2
+    strong, thin = "+" + "=" * width + "+", "+" + "-" * width + "+"
+
+    def rows(lines: list[str]) -> list[str]:
+        return [f"| {line:<{width - 2}} |" for line in lines]
+
+    return "\n".join([strong, *rows([head]), thin, *rows(body), thin, *rows(foot), strong])
+
+
+# ------------------------------------------------------------------ the stated rules, watched
+
+
+def stated_rules(name: str) -> tuple[dict[str, str], list[str]]:
+    """An exercise's forbidden functions (qualified name -> the rule's words) and the earlier exercises
+    it uses, as the lessons state them (``Exercise.forbidden``, carried here by mistakes.json)."""
+    entry = _stored().get(name) or {}
+    return dict(entry.get("forbidden") or {}), list(entry.get("uses") or [])
+
+
+def rule_message(name: str, calls: list[str], forbidden: dict[str, str]) -> str:
+    """What a call the exercise rules out fails with: the names called and the rule's own words."""
+    rules = dict.fromkeys(forbidden[c] for c in calls if c in forbidden)
+    return f"{name} calls {', '.join(calls)}, which this exercise rules out. The rule: " + " ".join(rules)
+
+
+def _codes(fn: Any) -> set[types.CodeType]:
+    """The code objects of fn and of what it wraps (decorators, functools.partial, bound methods)."""
+    codes: set[types.CodeType] = set()
+    seen: set[int] = set()
+    while fn is not None and id(fn) not in seen:
+        seen.add(id(fn))
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, types.CodeType):
+            codes.add(code)
+        fn = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None) or getattr(fn, "__func__", None)
+    return codes
+
+
+class RuleWatch(CallWatch):
+    """A CallWatch over one visible check: a forbidden function counts only when the student's function
+    calls it, by any alias and through any helper of theirs.
+
+    The check's own code may call it (lesson 07's check compares with scaled_dot_product_attention), and
+    a call made inside an earlier exercise the function uses is left to that exercise's own check, as the
+    hidden checks do by putting the reference in its place. ``calls``: the forbidden names called.
+    """
+
+    def __init__(self, forbidden: list[str], fn: Any, used: list[Any] = ()) -> None:
+        super().__init__(forbidden)
+        self._own = _codes(fn)
+        self._theirs = set().union(*(_codes(u) for u in used)) - self._own
+        for f in [
+            fn,
+            getattr(fn, "func", None),
+        ]:  # the function *is* a forbidden one (softmax = torch.softmax)
+            called = self._objects.get(id(f)) if f is not None else None
+            if called is not None and called not in self.calls:
+                self.calls.append(called)
+
+    def _by_student(self, frame: types.FrameType | None) -> bool:
+        while frame is not None:
+            code = frame.f_code
+            if code in self._theirs:
+                return False
+            if code in self._own:
+                return True
+            if not self._own and frame.f_globals.get("__name__") == "__main__" and code.co_name != "<module>":
+                return True  # not a plain function: any function of the notebook's
+            frame = frame.f_back
+        return False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        called = self._forbidden_name(func)
+        if called is not None and called not in self.calls and self._by_student(sys._getframe(1)):
+            self.calls.append(called)
+        return func(*args, **kwargs)
 
 
 # ------------------------------------------------------------------ where the visible checks stand
@@ -362,55 +486,103 @@ def stub_name(error: BaseException) -> str | None:
     return frame.f_code.co_name
 
 
-def _stub_box(name: str, stub: str) -> str:
-    waits = "" if stub == name else f" (this check of `{name}` needs it)"
-    lines = [
-        f"not done yet: `{stub}` is still a stub{waits}.",
-        "This check fails until you implement it; the cells below still run.",
-    ]
-    width = max(map(len, lines)) + 2
-    return "\n".join(
-        ["+" + "-" * width + "+", *(f"| {line:<{width - 2}} |" for line in lines), "+" + "-" * width + "+"]
-    )
+def _where_raised(error: BaseException) -> str:
+    """'line N of `fn`: <code>' for the innermost frame of a notebook function the error passed through."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if tb.tb_frame.f_globals.get("__name__") == "__main__" and code.co_name != "<module>":
+            found = (code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    filename, line, function = found
+    text = linecache.getline(filename, line).strip()
+    return f"Raised in `{function}`" + (f", at: {text}" if text else "") + "."
+
+
+def _explained(name: str, fn: Callable, error: Exception, known: bool) -> tuple[str, str, Exception | None]:
+    """(the line a summary shows, the mistake named or '', the AssertionError a check raises in error's
+    place or None to raise error itself).
+
+    An AssertionError gains the name of the mistake when one fits; a shape error raised inside the check
+    is put into words, naming both shapes. Any other error stays as it is.
+    """
+    first = str(error).splitlines()[0] if str(error) else ""
+    if isinstance(error, AssertionError):
+        found = diagnose(name, fn) if known else None
+        if found is None:
+            return first, "", None
+        return first, found[0], AssertionError(f"{error}\nDiagnosis: {found[0]}. {found[1]}")
+    detail = f"{type(error).__name__}: {first}"
+    if isinstance(error, RuntimeError) and not isinstance(error, NotImplementedError):
+        words = explain_shape_error(error) if known else None
+        if words is None:
+            return detail, "", None
+        found = diagnose(name, fn)
+        note = f"\nDiagnosis: {found[0]}. {found[1]}" if found else ""
+        return (
+            detail,
+            found[0] if found else "",
+            AssertionError(f"{name} raised RuntimeError: {error}\n{words}{note}"),
+        )
+    return detail, "", None
 
 
 @contextlib.contextmanager
 def diagnosed(name: str, fn: Callable) -> Iterator[None]:
     """Run a visible check; if it fails, add the name of the mistake (when one fits) and explain shape errors.
 
-    While the exercise is still a stub (its ``raise NotImplementedError()`` is still there) the check
-    says "not done yet" instead of stopping Run All, except while the notebook is graded: then it
-    fails as any check does.
+    While a notebook is graded a failing check raises, so that it loses its points. In a student's
+    session it reports and goes on: the failure is printed as a box (a stub says "not done yet") and
+    the cells below still run; ``where_you_stand`` lists it. There, too, the exercise's stated rules
+    are watched (``RuleWatch``): a call the exercise rules out fails the check with the rule's words,
+    as the hidden check fails it when the notebook is graded.
     """
     caller = sys._getframe(2)  # the cell that holds the with-statement (past contextlib's __enter__)
     where = (caller.f_code.co_filename, caller.f_lineno)
     CHECKS[where] = (name, "fail", "")
-    known = name in _stored()  # the exercises of lessons 01-07: named mistakes and explained shapes
+    known = "traps" in (_stored().get(name) or {})  # lessons 01-07: named mistakes and explained shapes
+    forbidden, uses = stated_rules(name)
+    rules = None
+    if forbidden and not graded():
+        rules = RuleWatch(list(forbidden), fn, [caller.f_globals.get(u) for u in uses])
     try:
-        with watch_shapes() if known else contextlib.nullcontext():
+        with contextlib.ExitStack() as watches:
+            if known:
+                watches.enter_context(watch_shapes())
+            if rules is not None:
+                watches.enter_context(rules)
             yield
-    except NotImplementedError as e:
-        stub = stub_name(e)
-        if stub is None or graded():
-            raise
-        CHECKS[where] = (name, "stub", stub)
-        print(_stub_box(name, stub))
-        return
-    except AssertionError as e:
-        CHECKS[where] = (name, "fail", str(e).splitlines()[0] if str(e) else "")
-        found = diagnose(name, fn) if known else None
-        if found is None:
-            raise
-        raise AssertionError(f"{e}\nDiagnosis: {found[0]}. {found[1]}") from None
-    except RuntimeError as e:
-        CHECKS[where] = (name, "fail", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        words = explain_shape_error(e) if known else None
-        if words is None:
-            raise
-        found = diagnose(name, fn)
-        note = f"\nDiagnosis: {found[0]}. {found[1]}" if found else ""
-        raise AssertionError(f"{name} raised RuntimeError: {e}\n{words}{note}") from None
     except Exception as e:
-        CHECKS[where] = (name, "fail", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        raise
+        stub = stub_name(e)
+        if stub is not None and not graded():
+            CHECKS[where] = (name, "stub", stub)
+            print(_stub_box(name, stub))
+            return
+        detail, mistake, replacement = _explained(name, fn, e, known)
+        CHECKS[where] = (name, "fail", detail)
+        if graded():
+            if replacement is None:
+                raise
+            raise replacement from None
+        if rules is None or not rules.calls:  # a call the exercise rules out is reported first, below
+            if replacement is not None:
+                message = str(replacement)
+            elif isinstance(e, AssertionError):
+                message = str(e) or "The check failed (its assert carries no message)."
+            else:
+                message = f"{type(e).__name__}: {e}\n{_where_raised(e)}".strip()
+            if mistake:
+                CHECKS[where] = (name, "fail", f"{detail} (diagnosis: {mistake})")
+            print(failure_box(name, message, "Graded as it is, this check fails."))
+            return
+    if rules is not None and rules.calls:
+        message = rule_message(name, rules.calls, forbidden)
+        CHECKS[where] = (name, "fail", message)
+        print(
+            failure_box(name, message, f"Graded as it is, the hidden check of `{name}` fails on this call.")
+        )
+        return
     CHECKS[where] = (name, "pass", "")

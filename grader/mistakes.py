@@ -12,6 +12,10 @@ CPU to another, and a file written on one machine must not read as out of date o
   notebook is handed in (``attention_course.diagnosis.diagnosed``). Only mistakes
   that differ there from the right answer and from every other mistake are stored;
   the right answers themselves are never stored (the visible checks print them).
+  With them, for every exercise that states rules, its ``forbidden`` functions and each
+  rule's words (``Exercise.forbidden``, the one source) and the earlier exercises it
+  ``uses``: the visible checks watch the same calls the hidden checks fail, and say so
+  in the rule's own words, without the student package importing the grader.
 """
 
 from __future__ import annotations
@@ -135,6 +139,24 @@ def visible_outputs() -> dict:
     return found
 
 
+def stated_rules() -> dict:
+    """Every exercise's stated rules as the visible checks watch them: the forbidden functions (qualified
+    name -> the rule's words) and the earlier exercises it uses (whose own calls their own checks judge)."""
+    return {
+        name: {"forbidden": dict(ex.forbidden), "uses": sorted(ex.uses)}
+        for name, ex in exercises().items()
+        if ex.forbidden
+    }
+
+
+def stored_data() -> dict:
+    """What attention_course/mistakes.json holds: each exercise's mistakes and stated rules."""
+    found = visible_outputs()
+    for name, rules in stated_rules().items():
+        found.setdefault(name, {}).update(rules)
+    return found
+
+
 def _rounded(x):
     """Floats to 7 significant digits: far inside the tolerance the visible checks compare with."""
     if isinstance(x, float):
@@ -148,7 +170,7 @@ def _rounded(x):
 
 def json_text() -> str:
     """The text of attention_course/mistakes.json."""
-    return json.dumps(visible_outputs(), sort_keys=True, separators=(",", ":")) + "\n"
+    return json.dumps(stored_data(), sort_keys=True, separators=(",", ":")) + "\n"
 
 
 _NUMBER = re.compile(r"-?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|-?\d+[eE][-+]?\d+")

@@ -642,8 +642,12 @@ def test_the_visible_diagnosis_never_names_correct_code(name, fn):
     assert diagnose(name, fn) is None
 
 
-def test_a_visible_check_gains_the_diagnosis():
+def test_a_visible_check_gains_the_diagnosis(monkeypatch):
+    """Graded, the failing check raises with the mistake named (a student's session shows it in a box:
+    tests/test_visible_checks.py)."""
     from attention_course.checks import diagnosed, expect_values
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
 
     def softmax(Z, dim=-1):
         e = torch.exp(Z - Z.amax(dim=dim, keepdim=True))
@@ -655,8 +659,10 @@ def test_a_visible_check_gains_the_diagnosis():
     assert "Diagnosis: a fully masked row gives NaN." in str(info.value)
 
 
-def test_a_visible_shape_error_names_both_shapes():
+def test_a_visible_shape_error_names_both_shapes(monkeypatch):
     from attention_course.checks import diagnosed
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
 
     def scores(Q, K):
         return Q @ K
@@ -669,8 +675,10 @@ def test_a_visible_shape_error_names_both_shapes():
     assert "Diagnosis: K was not transposed." in message
 
 
-def test_a_stub_still_says_it_is_not_implemented():
+def test_a_stub_still_says_it_is_not_implemented(monkeypatch):
     from attention_course.checks import diagnosed
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
 
     def mix(A, V):
         raise NotImplementedError()

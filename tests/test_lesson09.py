@@ -369,7 +369,8 @@ STEPS = {
 def _run_all(answers: dict[str, str], cwd: Path) -> str:
     """Run All on the student notebook with the model solutions and ``answers``; the text it printed.
 
-    Like Run All, the run stops (here: raises) at the first cell that fails.
+    Like Run All, the run stops (here: raises) at the first cell that fails; a failed visible check
+    goes on, printing a box headed "FAILED" (the caller looks for it).
     """
     nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", solution_sources(LESSON) | answers)
     run_in_kernel(nb, cwd)
@@ -390,5 +391,6 @@ def test_measuring_cells_run_through_for_any_correct_kv_cache_step(way, tmp_path
     grader.check("kv_cache_step", wrong_versions.answer_function(source, "kv_cache_step"))  # it is correct
     printed = _run_all({"ex09_kv_cache_step": source}, tmp_path)
     assert says in printed, printed
+    assert "FAILED: this check" not in printed, printed  # every visible check passed
     assert ": False" not in printed, printed
     assert "cached decoding of 64 tokens vs full causal attention" in printed, printed  # the last cells ran

@@ -24,6 +24,8 @@ def test_solution_notebook_runs_top_to_bottom(lesson):
             assert not (out.output_type == "stream" and out.name == "stderr"), (
                 f"{cell.id} wrote to stderr: {out.text}"
             )
+            # outside grading a failed visible check reports and goes on: it must not fail either
+            assert "FAILED: this check" not in out.get("text", ""), f"{cell.id}: {out.get('text')}"
 
 
 def test_lessons_exist_in_both_versions():
@@ -168,7 +170,8 @@ with diagnosed("mix", mix):
 
 
 def test_a_stub_says_not_done_yet_only_outside_grading(monkeypatch, capsys, request):
-    """In the student's session a stub's check prints a box; graded, or for any other error, it raises."""
+    """In the student's session a stub's check prints a box, and any other failure a box that says FAILED;
+    graded, both raise."""
     from attention_course import diagnosis
 
     saved = dict(diagnosis.CHECKS)  # the record is shared by name (checks.py imports it): empty it in place
@@ -182,14 +185,22 @@ def test_a_stub_says_not_done_yet_only_outside_grading(monkeypatch, capsys, requ
     summary = capsys.readouterr().out
     assert "Where you stand: 0 of 1 visible checks pass." in summary
     assert "`mix`: not done yet: still a stub" in summary and "`softmax`: no check has run yet" in summary
-    with pytest.raises(NotImplementedError):  # raised outside a notebook function: not a stub
-        with cell["diagnosed"]("mix", cell["mix"]):
-            raise NotImplementedError()
+    with cell["diagnosed"]("mix", cell["mix"]):  # raised outside a notebook function: not a stub
+        raise NotImplementedError()
+    shown = capsys.readouterr().out
+    assert "FAILED: this check of `mix`" in shown and "is still a stub" not in shown, shown
     exec("def softmax(Z):\n    raise NotImplementedError('no kernel for this dtype')\n", cell)
-    with pytest.raises(NotImplementedError):  # an error that says what it cannot do is not a stub
+    with cell["diagnosed"]("softmax", cell["softmax"]):  # an error that says what it cannot do is not a stub
+        cell["softmax"](1)
+    shown = capsys.readouterr().out
+    assert (
+        "FAILED: this check of `softmax`" in shown
+        and "NotImplementedError: no kernel for this dtype" in shown
+    )
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(NotImplementedError):
         with cell["diagnosed"]("softmax", cell["softmax"]):
             cell["softmax"](1)
-    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with pytest.raises(NotImplementedError):
         with cell["diagnosed"]("mix", cell["mix"]):
             cell["mix"](1, 2)
