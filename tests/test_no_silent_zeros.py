@@ -187,3 +187,17 @@ def _scores_in(work: Path) -> list[tuple]:
             "SELECT s.student_id, g.auto_score FROM grade g JOIN submitted_notebook n ON g.notebook_id = n.id "
             "JOIN submitted_assignment s ON n.assignment_id = s.id"
         ).fetchall()
+
+
+def test_a_proof_is_remembered_until_what_it_holds_for_changes(tmp_path, monkeypatch):
+    from grader.classroom import lessons
+    from grader.classroom.jobs import Options
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    digests = {LESSON: lessons.digest(LESSON)}
+    first = grading._unproven([LESSON], digests, Options(timeout=60))
+    assert list(first) == [LESSON]
+    grading._proven(first[LESSON])
+    assert grading._unproven([LESSON], digests, Options(timeout=60)) == {}
+    assert list(grading._unproven([LESSON], digests, Options(timeout=5))) == [LESSON]  # other settings
+    assert list(grading._unproven([LESSON], {LESSON: "changed"}, Options(timeout=60))) == [LESSON]

@@ -447,8 +447,9 @@ class RunSummary:
 PROOF_STUDENT = "course-own-solution"
 
 
-def _fingerprint(lesson_id: str, lesson_digest: str) -> str:
-    """What a proof holds for: the lesson, this environment and where its kernels import the course from."""
+def _fingerprint(lesson_id: str, lesson_digest: str, options: Options) -> str:
+    """What a proof holds for: the lesson, the grading code and settings, this environment and where
+    its kernels import the course package from."""
     import hashlib
     import importlib.metadata
     import importlib.util
@@ -463,6 +464,7 @@ def _fingerprint(lesson_id: str, lesson_digest: str) -> str:
             versions.append(importlib.metadata.version(dist))
         except importlib.metadata.PackageNotFoundError:
             versions.append("missing")
+    settings = (options.timeout, options.memory, options.kernels, options.notebook_timeout)
     for part in (
         lesson_id,
         lesson_digest,
@@ -470,39 +472,48 @@ def _fingerprint(lesson_id: str, lesson_digest: str) -> str:
         str(course.ROOT),
         origin,
         *versions,
-        str(seal.available()),
+        str(settings),
     ):
         h.update(part.encode() + b"\0")
+    h.update(str(seal.available()).encode())
+    code = [course.ROOT / "nbgrader_config.py", *sorted((course.ROOT / "grader").rglob("*.py"))]
     if origin != "missing":
-        for path in sorted(Path(origin).parent.rglob("*.py")):
-            h.update(path.read_bytes())
-    return h.hexdigest()[:24]
+        code += sorted(Path(origin).parent.rglob("*.py"))
+    for path in code:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:32]
 
 
 def _proofs_path() -> Path:
-    return classroom_dir() / "proven.json"
+    """Where this user's proofs are remembered (each names its course folder and environment)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "attention-course" / "proven.json"
 
 
-def _unproven(lesson_ids: list[str], digests: dict[str, str]) -> dict[str, str]:
-    """The lessons whose solution has not yet earned full marks in this environment: id -> fingerprint."""
+def _known_proofs() -> list[str]:
     try:
         known = json.loads(_proofs_path().read_text())
     except (OSError, ValueError):
-        known = {}
-    wanted = {lid: _fingerprint(lid, digests[lid]) for lid in lesson_ids}
-    return {lid: fp for lid, fp in wanted.items() if known.get(lid) != fp}
+        return []
+    return [str(fp) for fp in known] if isinstance(known, list) else []
 
 
-def _proven(fingerprints: dict[str, str]) -> None:
+def _unproven(lesson_ids: list[str], digests: dict[str, str], options: Options) -> dict[str, str]:
+    """The lessons whose solution has not yet earned full marks here, as things are: id -> fingerprint."""
+    known = set(_known_proofs())
+    wanted = {lid: _fingerprint(lid, digests[lid], options) for lid in lesson_ids}
+    return {lid: fp for lid, fp in wanted.items() if fp not in known}
+
+
+def _proven(fingerprint: str) -> None:
+    known = [fp for fp in _known_proofs() if fp != fingerprint][-499:] + [fingerprint]
     try:
-        known = json.loads(_proofs_path().read_text())
-    except (OSError, ValueError):
-        known = {}
-    known.update(fingerprints)
-    _proofs_path().parent.mkdir(parents=True, exist_ok=True)
-    tmp = _proofs_path().with_name("proven.json.part")
-    tmp.write_text(json.dumps(known, indent=1))
-    os.replace(tmp, _proofs_path())
+        _proofs_path().parent.mkdir(parents=True, exist_ok=True)
+        tmp = _proofs_path().with_name(f"proven.json.{os.getpid()}")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, _proofs_path())
+    except OSError:
+        pass  # nothing remembered: the next run proves again
 
 
 def proof_problem(result: JobResult | BaseException) -> str | None:
@@ -616,7 +627,7 @@ def grade(
         job_deadline = options.notebook_timeout + JOB_GRACE
         # each lesson's own solution goes first, through the same workers and seal; the class's results
         # wait for it, and if it does not earn full marks, nothing is written and the run stops
-        unproven = _unproven(sorted({s.lesson for s in todo}), digests)
+        unproven = _unproven(sorted({s.lesson for s in todo}), digests, options)
         proofs = [
             Job(PROOF_STUDENT, lid, nb, template_bytes, None, digest_of(nb, None), options)
             for lid, nb in ((lid, lessons.answered(lid)) for lid in unproven)
@@ -629,7 +640,7 @@ def grade(
                 if problem is not None:
                     summary.cannot_grade[job.lesson] = problem
                     break
-                _proven({job.lesson: unproven.pop(job.lesson)})
+                _proven(unproven.pop(job.lesson))
                 if not unproven:
                     for held, sub in waiting:
                         _finish(held, sub, writer, summary, digests[sub.lesson])
