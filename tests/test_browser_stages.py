@@ -151,11 +151,11 @@ def check_pipeline(ex, shot) -> None:
     buttons = ex.locator(".ac-query button")
     buttons.first.focus()
     buttons.first.press("Enter")
-    _wait_for(lambda: _text(explanation), lambda t: "O[The(1)" in t)
+    _wait_for(lambda: _text(explanation), lambda t: "O[The(0)" in t)
     shot(ex, "query-first")
     buttons.last.focus()
     buttons.last.press("Enter")
-    _wait_for(lambda: _text(explanation), lambda t: "O[the(5)" in t)
+    _wait_for(lambda: _text(explanation), lambda t: "O[the(4)" in t)
     shot(ex, "query-last")
     assert_text_large_enough(ex)
 

@@ -16,7 +16,8 @@ Importing this package draws nothing and imports neither Matplotlib nor ipywidge
 Where each explorer lives (its computation, figure and widget in one module):
 ``head_dimension``, ``sharpness``, ``stepper`` (stage stepper), ``explainer`` (row
 follower and cell explainer), ``masks`` (mask explorer), ``pipeline`` (pipeline view).
-What they share: ``choosing`` (the student's function or the built-in one), ``stages``
+What they share: ``choosing`` (the student's function or the built-in one), ``compare``
+(where what is shown departs from the lesson's arithmetic, in words), ``stages``
 (one head in stages, each cell's arithmetic in words), ``base`` (``Explorer``,
 ``Skipped``), ``drawing`` (figures redrawn in place, PNG bytes, font sizes) and
 ``numeric`` (number formatting, entropy).

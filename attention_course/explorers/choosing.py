@@ -103,7 +103,8 @@ def _difference(a, b) -> float:
             return float((a.bool() != b.bool()).any())
         diff = (a.detach().double() - b.detach().double()).abs()
         same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
-        return float(torch.where(same_inf, 0.0, diff).nan_to_num(nan=math.inf).max()) if diff.numel() else 0.0
+        diff = torch.where(same_inf, 0.0, diff).nan_to_num(nan=math.inf, posinf=math.inf)
+        return float(diff.max()) if diff.numel() else 0.0
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
             return math.inf
@@ -198,10 +199,21 @@ def choose(name: str, student: Callable | None, lesson: str | None = None, compa
         if diff > 1e-4:
             note += (
                 " (on a small test it differs from the built-in version"
-                + (f" by up to {diff:.3g}" if math.isfinite(diff) else ": other shape or keys")
+                + _how(got, expected, diff)
                 + ", so what you see here is your version's answer)"
             )
     return Choice(name, _guard(name, student), "yours", note)
+
+
+def _how(got, expected, diff: float) -> str:
+    """How a probe's result departs from the expected one, in words (no clamped floats for -inf)."""
+    from .compare import mask_words, size_words
+
+    if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and got.shape == expected.shape:
+        if got.dtype == torch.bool or expected.dtype == torch.bool:
+            return ": " + mask_words(got.bool(), expected.bool())
+        return ": " + size_words(got.detach().cpu().double(), expected.double())
+    return f" by up to {diff:.3g}" if math.isfinite(diff) else ": other shape or keys"
 
 
 def fallback(error: StudentFunctionError) -> Choice:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ipywidgets as W
 import numpy as np
@@ -18,6 +18,7 @@ from matplotlib.patches import Rectangle
 
 from .base import Explorer, _classes, _image, _pre, _quick, _readout
 from .choosing import Choice, StudentFunctionError, banner_html, banner_text, choose, fallback
+from .compare import Difference, compare, differing, is_empty, sum_words
 from .drawing import (
     BLUE,
     CMAP,
@@ -72,6 +73,7 @@ class HeadView:
     row_weights: list[float]
     row_entropy: float
     mean_entropy: float
+    differences: tuple[Difference, ...] = ()
 
     @property
     def shown(self) -> torch.Tensor:
@@ -93,31 +95,50 @@ class HeadView:
         return self.row_entropy < SATURATED
 
     def summary(self) -> str:
-        """The readout in words, with a hint that invites the next move."""
+        """The readout in words, read from the scores and weights shown, with a hint that invites the next move."""
         name, w = self.top
         T = len(self.tokens)
+        row = self.row_weights
+        sums_to_1 = math.isclose(sum(row), 1.0, abs_tol=1e-3)
+        top = f"top weight {w:.2f} on '{name}'" if not is_empty(row) else "every weight 0"
         lines = [
             f"d_k = {self.d_k}, {'scaled by 1/sqrt(d_k)' if self.scale else 'not scaled'} (seed {self.seed})",
             f"score spread: raw std {self.raw_std:.2f}, scaled std {self.scaled_std:.2f}",
             f"row '{self.tokens[self.row]}': entropy {self.row_entropy:.3f} nats "
-            f"(about {self.effective_keys:.1f} of {T} keys; uniform would be {math.log(T):.2f}), "
-            f"top weight {w:.2f} on '{name}'",
+            f"(about {self.effective_keys:.1f} of {T} keys; uniform would be {math.log(T):.2f}), {top}"
+            + ("" if sums_to_1 else f"; the row {sum_words(row)}"),
         ]
-        if self.d_k == 1:
+        unchanged = torch.allclose(self.scaled, self.raw, rtol=1e-4, atol=1e-6)
+        near_one = 0.5 <= self.scaled_std <= 2.0
+        if not sums_to_1:
+            lines.append(
+                "This row's weights do not sum to 1, so its entropy says little: see the difference below."
+            )
+        elif self.d_k == 1 and unchanged:
             lines.append("At d_k = 1, sqrt(d_k) = 1: scaling changes nothing. Drag d_k up.")
-        elif self.saturated and not self.scale:
+        elif self.saturated and sums_to_1 and w > 0.9 and not self.scale:
             lines.append(
                 "Saturated: one key takes almost all the weight, and softmax's gradient almost vanishes. "
                 "Turn on scaling."
             )
-        elif self.saturated:
+        elif self.saturated and sums_to_1 and w > 0.9:
             lines.append(
                 "Still peaked even though scaled: this sample has one clear winner. Try another sample."
             )
-        elif self.scale:
+        elif self.scale and near_one and sums_to_1:
             lines.append("Scaled: the spread stays near 1 whatever d_k is, so the weights stay spread out.")
+        elif self.scale:
+            shape = "nearly uniform" if self.effective_keys > 0.8 * T else "peaked"
+            lines.append(
+                f"Scaled: the scaled scores spread {self.scaled_std:.2f}, "
+                + ("near 1" if near_one else "far from 1")
+                + f", and the weights of this row are {shape}"
+                + ("." if near_one else " (dividing by sqrt(d_k) keeps the spread near 1).")
+            )
         else:
             lines.append("Not saturated yet: drag d_k up and watch the spread and the entropy.")
+        if self.differences:
+            lines.append(self.differences[0].line())
         return "\n".join(lines)
 
 
@@ -148,6 +169,43 @@ def head_view(
     else:
         weights = torch.softmax(shown, dim=-1)  # no row of this sample is masked
     H = entropy(weights)  # (T,)
+    differences = []
+    if scaled_scores is not None:
+        root = math.sqrt(d_k)
+        hints = {
+            1 / root: f"as if divided by d_k = {d_k} rather than sqrt({d_k}) = {root:.3g}",
+            root: "as if not divided by sqrt(d_k) at all",
+            float(d_k): "as if multiplied by sqrt(d_k) rather than divided",
+        }
+        differences.append(
+            compare(
+                "scaled",
+                f"the scaled scores at d_k = {d_k}",
+                scaled,
+                raw / root,
+                "scaled_scores",
+                True,
+                lambda ix: f"score[{tokens[ix[0]]}, {tokens[ix[1]]}]",
+                hints=hints,
+            )
+        )
+    if softmax is not None:
+        want = torch.softmax(shown, dim=-1)
+        diff = compare(
+            "A",
+            "the weights",
+            weights,
+            want,
+            "softmax",
+            True,
+            lambda ix: f"weight[{tokens[ix[0]]}, {tokens[ix[1]]}]",
+            what="weight",
+        )
+        if diff is not None and not differing(weights, torch.softmax(shown, dim=-2)):
+            diff = replace(
+                diff, words=diff.words + "; these are the weights of softmax down the columns (dim -2)"
+            )
+        differences.append(diff)
     return HeadView(
         d_k=int(d_k),
         scale=bool(scale),
@@ -162,6 +220,7 @@ def head_view(
         row_weights=weights[row].tolist(),
         row_entropy=H[row].item(),
         mean_entropy=H.mean().item(),
+        differences=tuple(d for d in differences if d is not None),
     )
 
 

@@ -19,6 +19,7 @@ import torch
 
 from .base import Explorer, _pre
 from .choosing import Choice, StudentFunctionError, banner_html, banner_text, choose, fallback, one_thread
+from .compare import Difference, cell_words, compare, mask_pattern
 from .numeric import fmt
 
 SENTENCE = "cat_sat"  # "The cat sat on the": sequence b is its first lengths[b] tokens, then padding
@@ -80,16 +81,60 @@ class MaskView:
         """Cells (query, key) of sequence b that the combined mask hides."""
         return [(i, j) for i in range(self.T) for j in range(self.T) if not bool(self.combined[b, i, j])]
 
+    def name(self, b: int, i: int, j: int) -> str:
+        """A cell in words: "sequence 2, query 4 'the', key 1 'cat'" (positions count from 0)."""
+        toks = self.tokens(b)
+        return f"sequence {b + 1}, query {i} '{toks[i]}', key {j} '{toks[j]}'"
+
+    def differences(self) -> list[Difference]:
+        """Each mask or score matrix shown that departs from the lesson's arithmetic, in the order they are made."""
+        T = self.T
+        lengths = torch.tensor(self.lengths)
+        want_padding = (torch.arange(T)[None, :] < lengths[:, None])[:, None, :]  # (B, 1, T)
+        steps = (
+            ("causal", "the causal mask", self.causal, torch.ones(T, T).tril().bool(), "causal_mask"),
+            ("padding", "the padding mask", self.padding, want_padding, "padding_mask"),
+            (
+                "masked",
+                "the masked scores",
+                self.masked,
+                self.scores.masked_fill(~self.combined, -math.inf),
+                "apply_mask",
+            ),
+        )
+        out = []
+        for key, title, got, want, maker in steps:
+            c = self.choices.get(maker)
+            yours = c is not None and c.yours
+
+            def name(ix, key=key):
+                if key == "causal":
+                    i, j = ix
+                    return f"query {i} '{self.sentence[i]}' looking at key {j} '{self.sentence[j]}'"
+                if key == "padding":
+                    b, _, j = ix
+                    return f"sequence {b + 1}, key {j} '{self.tokens(b)[j]}'"
+                return self.name(*ix)
+
+            diff = compare(key, title, got, want, maker, yours, name)
+            if diff is not None:
+                out.append(diff)
+        return out
+
     def lines(self) -> list[str]:
-        """The readout in words."""
+        """The readout in words, every count read from the masks and scores shown."""
         T = self.T
         n_allowed = int(self.causal.sum())
+        what, where = mask_pattern(self.causal)
+        hidden = T * T - n_allowed
         out = [
-            f"causal mask (T = {T}): query i may look at keys 0 .. i, {n_allowed} of {T * T} cells allowed; "
+            f"causal mask (T = {T}): {what}, {n_allowed} of {T * T} cells allowed; "
             + (
-                f"the {T * T - n_allowed} above the diagonal are hidden (later tokens)."
-                if n_allowed < T * T
-                else "none is hidden."
+                "none is hidden."
+                if not hidden
+                else f"the {hidden} {where} are hidden."
+                if where
+                else f"{hidden} {'is' if hidden == 1 else 'are'} hidden."
             ),
         ]
         for b, L in enumerate(self.lengths):
@@ -112,21 +157,64 @@ class MaskView:
             text += f"; with the causal mask too, {allowed} of {T * T} scores are allowed."
             empty = [i for i in range(T) if not bool(self.combined[b, i].any())]
             if empty:
+                toks = self.tokens(b)
+                names = ", ".join(f"{i} '{toks[i]}'" for i in empty)
                 text += (
-                    f" Query row{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} "
-                    "see nothing at all: softmax of an all -inf row is NaN (the weights here show 0, "
-                    "as lesson 05's softmax gives)."
+                    f" Query row{'s' if len(empty) > 1 else ''} {names} "
+                    f"{'see' if len(empty) > 1 else 'sees'} nothing at all: softmax of an all -inf row is NaN "
+                    "(the weights here show 0, as lesson 05's softmax gives, and so the output is 0)."
                 )
             out.append(text)
-        wrong = self.wrong_cells()
-        if wrong:
-            b, i, j = wrong[0]
+        kept, lost = self.kept_cells(), self.lost_cells()
+        if kept:
+            b, i, j = kept[0]
+            x = self.masked[b, i, j].item()
             out.append(
-                f"Look at sequence {b + 1}, query {i}, key {j}: the mask hides it but the masked score is "
-                f"{fmt(self.masked[b, i, j].item())}, not -inf ({len(wrong)} such cell"
-                f"{'s' if len(wrong) > 1 else ''}, outlined)."
+                f"The mask hides {len(kept)} cell{'s' if len(kept) > 1 else ''} whose masked score is not -inf "
+                f"(outlined), e.g. {self.name(b, i, j)}: {cell_words(x, -math.inf)}."
             )
+        if lost:
+            b, i, j = lost[0]
+            out.append(
+                f"The mask allows {len(lost)} cell{'s' if len(lost) > 1 else ''} whose masked score is -inf "
+                f"(outlined), e.g. {self.name(b, i, j)}: "
+                f"{cell_words(self.masked[b, i, j].item(), self.scores[b, i, j].item())}."
+            )
+        diffs = self.differences()
+        if diffs:
+            out.append(diffs[0].line())
         return out
+
+    def kept_cells(self) -> list[tuple[int, int, int]]:
+        """Cells the combined mask hides whose masked score is not -inf."""
+        return [c for c in self.wrong_cells() if not bool(self.combined[c])]
+
+    def lost_cells(self) -> list[tuple[int, int, int]]:
+        """Cells the combined mask allows whose masked score became -inf."""
+        return [c for c in self.wrong_cells() if bool(self.combined[c])]
+
+    def weights_line(self) -> str:
+        """What softmax made of the hidden scores, read from the weights shown."""
+        leaks = [c for c in self.kept_cells() if self.weights[c].item() > 0]
+        if leaks:
+            b, i, j = leaks[0]
+            return (
+                f"weights: {len(leaks)} hidden cell{'s' if len(leaks) > 1 else ''} still get weight, because "
+                f"their score is not -inf (e.g. {self.name(b, i, j)}: weight {fmt(self.weights[b, i, j].item(), 3)})."
+            )
+        sums = self.weights.sum(-1)  # (B, T)
+        empty = ~self.combined.any(-1)  # (B, T): rows with no allowed key
+        ok = torch.where(empty, sums == 0, (sums - 1).abs() < 1e-6)
+        if bool(ok.all()):
+            return (
+                "weights: every hidden score (-inf) becomes exactly 0 after softmax; "
+                "the allowed weights of each row sum to 1"
+                + ("; a row with no allowed key is all 0." if bool(empty.any()) else ".")
+            )
+        b, i = (int(x) for x in (~ok).nonzero()[0])
+        return (
+            f"weights: row {i} '{self.tokens(b)[i]}' of sequence {b + 1} sums to {fmt(sums[b, i].item(), 3)}."
+        )
 
     def wrong_cells(self) -> list[tuple[int, int, int]]:
         """Cells the combined mask hides whose masked score is not -inf, or allowed cells that became -inf."""
@@ -437,8 +525,5 @@ class MaskExplorer(Explorer):
         self.picture.value = picture_html(v, show)
         lines = v.lines()
         if show == "weights":
-            lines.append(
-                "weights: every hidden score (-inf) becomes exactly 0 after softmax; "
-                "the allowed weights of each row sum to 1."
-            )
+            lines.append(v.weights_line())
         self.readout.value = _pre("\n".join(lines), "ac-summary")

@@ -17,6 +17,8 @@ def fmt(x: float, dp: int = 2) -> str:
         return "-inf" if x < 0 else "inf"
     if math.isnan(x):
         return "nan"
+    if abs(x) >= 1e6:  # e.g. -1e+09 for a "blocked" score written as a big negative number
+        return f"{x:.3g}"
     if abs(x - round(x)) < 1e-9:
         return str(int(round(x)))
     text = f"{x:.{dp}f}"

@@ -20,7 +20,17 @@ from .choosing import banner_text
 from .drawing import MASKED
 from .explainer import _ramp, _static_tables
 from .numeric import fmt, fmt_list
-from .stages import Stages, _softmax_steps, _sources, _stage_choices, _stages, _terms, explain_cell
+from .stages import (
+    Stages,
+    _softmax_steps,
+    _sources,
+    _stage_choices,
+    _stages,
+    _terms,
+    check_line,
+    explain_cell,
+    mask_line,
+)
 
 Cell = tuple[str, int, int]  # (stage, row, column) in the full matrix of that stage
 
@@ -150,17 +160,11 @@ def explain(st: Stages, cell: Cell) -> Step:
             value = raw / root
             lines.append(f"scaled = {fmt(raw)} / sqrt({st.d_k}) = {fmt(raw)} / {root:.3f} = {fmt(value)}")
         if stage == "masked":
-            if bool(st.allowed[i, j]):
-                lines.append(
-                    f"mask: '{key}' (position {j + 1}) is not after '{name}' (position {i + 1}): "
-                    f"allowed, stays {fmt(value)}"
-                )
+            line, value = mask_line(st, i, j, value)
+            if math.isinf(value):
+                lines = [f"{line}, whatever it was"]
             else:
-                value = -math.inf
-                lines = [
-                    f"mask: '{key}' (position {j + 1}) comes after '{name}' (position {i + 1}): "
-                    "not allowed, so the score is -inf whatever it was"
-                ]
+                lines.append(line)
         title = {
             "S": f"S[{name}, {key}]: raw score of query '{name}' against key '{key}'",
             "scaled": f"scaled[{name}, {key}]: the raw score divided by sqrt(d_k)",
@@ -174,12 +178,16 @@ def explain(st: Stages, cell: Cell) -> Step:
         where = "masked scores" if st.causal else "scaled scores"
         lines = [
             f"row '{name}' of the {where}: {fmt_list(row)}",
-            f"minus the row max {fmt(top)}: {fmt_list(shifted)}",
+            f"minus the row max {fmt(top)}: {fmt_list(shifted)}"
+            if total > 0
+            else "every score is -inf: no row max",
             f"exp(x - max): {fmt_list(exps, 3)}",
             f"row sum: {' + '.join(fmt(e, 3) for e in exps)} = {fmt(total, 3)}",
-            f"A[{name}, {key}] = {fmt(exps[j], 3)} / {fmt(total, 3)} = {fmt(weights[j], 3)}",
+            f"A[{name}, {key}] = {fmt(exps[j], 3)} / {fmt(total, 3)} = {fmt(weights[j], 3)}"
+            if total > 0
+            else f"every key is masked: the whole row is 0, never NaN, so A[{name}, {key}] = 0 and the output is 0",
         ]
-        if math.isinf(row[j]):
+        if math.isinf(row[j]) and total > 0:
             lines.append(f"'{key}' is masked: exp(-inf) = 0, no attention at all")
         title = f"A[{name}, {key}]: the share of its attention '{name}' gives to '{key}'"
         return Step(cell, title, tuple(lines), weights[j], _check(st, "A", st.A[i, j].item(), weights[j], 3))
@@ -189,26 +197,20 @@ def explain(st: Stages, cell: Cell) -> Step:
     v = [st.V[r, j].item() for r in seen]
     value = sum(x * y for x, y in zip(a, v))
     keys = ", ".join(st.label(r) for r in seen)
-    lines = (
-        f"O[{name}, {col}] = sum over the keys '{name}' sees ({keys}) of A[{name}, key] * V[key, {col}]",
-        f"  = {_terms(a, v, 3)}",
-        f"  = {fmt(value)}",
-    )
+    if seen:
+        lines = (
+            f"O[{name}, {col}] = sum over the keys '{name}' sees ({keys}) of A[{name}, key] * V[key, {col}]",
+            f"  = {_terms(a, v, 3)}",
+            f"  = {fmt(value)}",
+        )
+    else:
+        lines = (f"'{name}' may look at no key: its weights are all 0, so O[{name}, {col}] = 0",)
     title = f"O[{name}, {col}]: the value column '{col}' averaged with row '{name}' of A"
     return Step(cell, title, lines, value, _check(st, "O", st.O[i, j].item(), value))
 
 
 def _check(st: Stages, stage: str, got: float, want: float, dp: int = 2) -> str:
-    maker = st.made_by.get(stage)
-    choice = st.choices.get(maker) if maker else None
-    if choice is None or not choice.yours:
-        return ""
-    same = (math.isinf(got) and math.isinf(want) and (got > 0) == (want > 0)) or (
-        math.isfinite(got) and math.isclose(got, want, rel_tol=1e-4, abs_tol=10 ** (-dp - 1))
-    )
-    if same:
-        return f"your `{maker}` gave {fmt(got, dp)} here: it matches."
-    return f"your `{maker}` gave {fmt(got, dp)} here, but the arithmetic above gives {fmt(want, dp)}."
+    return check_line(st, stage, got, want, dp)
 
 
 # --------------------------------------------------------------------- widgets

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .choosing import Choice, StudentFunctionError, banner_html, choose, fallback
+from .compare import Difference, compare, is_empty, looks_words, same, sum_words, weight_guesses
 from .numeric import fmt, fmt_list
 
 # --------------------------------------------------------- one head, in stages
@@ -57,6 +58,7 @@ class Stages:
     O: torch.Tensor
     choices: dict[str, Choice] = field(default_factory=dict)
     made_by: dict[str, str] = field(default_factory=dict)
+    differences: dict[str, Difference] = field(default_factory=dict)
 
     @property
     def T(self) -> int:
@@ -74,7 +76,27 @@ class Stages:
         """A token's name, with its position when the name occurs twice ("the" twice in "The cat sat on the")."""
         tok = self.tokens[i]
         twice = sum(t.lower() == tok.lower() for t in self.tokens) > 1
-        return f"{tok}({i + 1})" if twice else tok
+        return f"{tok}({i})" if twice else tok  # positions count from 0, as in the lessons
+
+    @property
+    def first_difference(self) -> Difference | None:
+        """The first stage, in the head's order, whose shown matrix departs from the lesson's arithmetic."""
+        return next(iter(self.differences.values()), None)
+
+    def yours(self, key: str) -> bool:
+        """Whether the student's own function made the matrix ``key``."""
+        c = self.choices.get(self.made_by.get(key, ""))
+        return c is not None and c.yours
+
+    def stage_number(self, key: str) -> str:
+        """How the stage stepper names the stage that shows matrix ``key`` ("stage 2, scaled")."""
+        if key in ("Q", "K", "V"):
+            return f"{key} (before stage 1)"
+        shown = {"allowed": "masked"}.get(key, key)
+        for n, s in enumerate(self.stages(), 1):
+            if s.key == shown:
+                return f"stage {n}, {s.title}" + (": the causal mask" if key == "allowed" else "")
+        return key
 
     def stages(self) -> list[Stage]:
         keys = tuple(self.label(j) for j in range(self.T))
@@ -144,7 +166,7 @@ def compute_stages(
             masked = _tensor64(yours("apply_mask")(scaled.clone(), allowed.clone()))
         else:
             masked = scaled.masked_fill(~allowed, -math.inf)
-        made_by["masked"] = "apply_mask"
+        made_by.update(allowed="causal_mask", masked="apply_mask")
     if yours("softmax"):
         A = _tensor64(yours("softmax")(masked.clone(), dim=-1))
     else:
@@ -158,7 +180,7 @@ def compute_stages(
     feats = tuple(features) if features else tuple(f"x{c}" for c in range(X.shape[-1]))
     identity_v = W_v.shape[0] == W_v.shape[1] and torch.equal(W_v, torch.eye(W_v.shape[0], dtype=W_v.dtype))
     value_names = feats if (features and identity_v) else tuple(f"d{c}" for c in range(V.shape[-1]))
-    return Stages(
+    st = Stages(
         title=title,
         tokens=tuple(tokens),
         features=feats,
@@ -179,6 +201,109 @@ def compute_stages(
         choices=choices,
         made_by=made_by,
     )
+    st.differences.update(_differences(st))
+    return st
+
+
+def _soft(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax along ``dim``, a row with no allowed key giving zeros (the course's contract)."""
+    return torch.softmax(Z, dim=dim).nan_to_num(nan=0.0)
+
+
+def _expected(st: Stages) -> dict[str, torch.Tensor]:
+    """What the lesson's arithmetic gives for each stage from the stages shown before it."""
+    want = {"Q": st.X @ st.W_q, "K": st.X @ st.W_k, "V": st.X @ st.W_v, "S": st.Q @ st.K.mT}
+    want["scaled"] = st.Q @ st.K.mT / math.sqrt(st.d_k)
+    before = st.scaled
+    if st.causal:
+        want["allowed"] = torch.ones(st.T, st.T).tril().bool()  # key j <= query i
+        want["masked"] = st.scaled.masked_fill(~st.allowed, -math.inf)
+        before = st.masked
+    want["A"] = _soft(before)
+    want["O"] = st.A @ st.V
+    return want
+
+
+def _guesses(st: Stages) -> dict[str, torch.Tensor]:
+    """The weights some usual mistakes give on this example, named."""
+    S, d = st.Q @ st.K.mT, st.d_k
+    scaled = S / math.sqrt(d)
+    allowed = st.allowed
+
+    def mask(Z):
+        return Z if allowed is None else Z.masked_fill(~allowed, -math.inf)
+
+    out = {}
+    if st.made_by.get("A") == "attention":
+        out["the 1/sqrt(d_k) scaling is left out (softmax of the raw scores)"] = _soft(mask(S))
+        out["the scores are divided by d_k instead of sqrt(d_k)"] = _soft(mask(S / d))
+        if allowed is not None:
+            out["the mask is not applied"] = _soft(scaled)
+            out["the mask is inverted (True taken as 'blocked')"] = _soft(
+                scaled.masked_fill(allowed, -math.inf)
+            )
+            out["the mask is applied after the softmax, so rows no longer sum to 1"] = _soft(scaled) * allowed
+            out["hidden scores are set to 0 instead of -inf"] = _soft(scaled.masked_fill(~allowed, 0.0))
+    out["softmax runs down the columns (dim -2) instead of along each row"] = _soft(
+        st.masked if st.causal else st.scaled, -2
+    )
+    return out
+
+
+def _differences(st: Stages) -> dict[str, Difference]:
+    """Every shown stage that departs from the lesson's arithmetic on the stages shown before it, in order."""
+    want = _expected(st)
+    shown = {
+        "Q": st.Q,
+        "K": st.K,
+        "V": st.V,
+        "S": st.S,
+        "scaled": st.scaled,
+        "allowed": st.allowed,
+        "masked": st.masked,
+        "A": st.A,
+        "O": st.O,
+    }
+    root = math.sqrt(st.d_k)
+    hints = {
+        1 / root: f"as if divided by d_k = {st.d_k} rather than sqrt({st.d_k}) = {root:.3g}",
+        root: "as if not divided by sqrt(d_k) at all",
+        float(st.d_k): "as if multiplied by sqrt(d_k) rather than divided",
+    }
+    out = {}
+    for key, expected in want.items():
+        got = shown[key]
+        cols = st.value_names if key in ("V", "O") else None
+
+        def name(ix, key=key, cols=cols):
+            i, j = ix
+            if key in ("Q", "K", "V", "O"):
+                col = cols[j] if cols else f"d{j}"
+                return f"{key}[{st.label(i)}, {col}]"
+            if key == "allowed":
+                return f"query {i} '{st.label(i)}' looking at key {j} '{st.label(j)}'"
+            return f"{key}[{st.label(i)}, {st.label(j)}]"
+
+        what = {"A": "weight", "O": "output", "Q": "entry", "K": "entry", "V": "entry"}.get(key, "score")
+        diff = compare(
+            key,
+            st.stage_number(key),
+            got,
+            expected,
+            st.made_by.get(key, ""),
+            st.yours(key),
+            name,
+            what,
+            hints if key in ("scaled",) else None,
+        )
+        if diff is None:
+            continue
+        if key == "A":
+            guess = weight_guesses(_guesses(st), got)
+            if guess:
+                diff = replace(diff, words=f"{diff.words}; these are the weights you get when {guess}")
+        out[key] = diff
+    return out
 
 
 def example_stages(name: str, causal: bool | None = None, choices: dict[str, Choice] | None = None) -> Stages:
@@ -235,16 +360,61 @@ def _softmax_steps(row: Sequence[float]) -> tuple[list[float], float, list[float
     return shifted, top, exps, total, weights
 
 
-def _check_line(st: Stages, key: str, got: float, want: float, dp: int) -> str:
-    maker = st.made_by.get(key)
-    choice = st.choices.get(maker) if maker else None
-    if choice is None or not choice.yours:
+SPANS = {  # the stages whose arithmetic an explanation of a cell of each matrix walks through
+    "Q": ("Q",),
+    "K": ("K",),
+    "V": ("V",),
+    "S": ("S",),
+    "scaled": ("scaled",),
+    "masked": ("allowed", "scaled", "masked"),
+    "A": ("A",),
+    "O": ("O",),
+}
+
+
+def check_line(st: Stages, key: str, got: float, want: float, dp: int = 2) -> str:
+    """Whether the number a cell shows is the number its arithmetic gives, and if not, where that starts.
+
+    Said only where the student's function made the cell or one it is built from in
+    this arithmetic; the built-in arithmetic on built-in inputs needs no check.
+    """
+    span = SPANS.get(key, (key,))
+    makers = [st.made_by.get(k, "") for k in span]
+    yours = [m for k, m in zip(span, makers) if st.yours(k)]
+    if same(got, want) or (math.isfinite(got) and math.isclose(got, want, abs_tol=10 ** (-dp - 1))):
+        return f"your `{st.made_by.get(key)}` gave {fmt(got, dp)} here: it matches." if st.yours(key) else ""
+    if st.yours(key):
+        return f"your `{st.made_by[key]}` gave {fmt(got, dp)} here, but the arithmetic above gives {fmt(want, dp)}."
+    start = next((st.differences[k] for k in span if k in st.differences), None)
+    where = f": the difference starts at {start.title}{start.by}" if start is not None else ""
+    if not (yours or start):
         return ""
-    if math.isclose(got, want, rel_tol=1e-4, abs_tol=10 ** (-dp - 1)) or (
-        math.isinf(got) and math.isinf(want) and (got > 0) == (want > 0)
-    ):
-        return f"your `{maker}` gave {fmt(got, dp)} here: it matches."
-    return f"your `{maker}` gave {fmt(got, dp)} here, but the arithmetic above gives {fmt(want, dp)}."
+    return f"this cell shows {fmt(got, dp)}, but the arithmetic above gives {fmt(want, dp)}{where}."
+
+
+def mask_line(st: Stages, i: int, j: int, scaled: float) -> tuple[str, float]:
+    """What the mask shown does to score (i, j), in words, and the score it leaves (positions count from 0)."""
+    name, key = st.label(i), st.label(j)
+    after = j > i
+    order = (
+        f"'{key}' (position {j}) comes after '{name}' (position {i})"
+        if after
+        else f"'{key}' (position {j}) is not after '{name}' (position {i})"
+    )
+    if bool(st.allowed[i, j]) and not after:
+        return f"mask: {order}: allowed, the score stays {fmt(scaled)}", scaled
+    if not bool(st.allowed[i, j]) and after:
+        return f"mask: {order}: not allowed, the score becomes -inf", -math.inf
+    if after:
+        return (
+            f"mask: {order}, yet the mask shown allows it: the score stays {fmt(scaled)} "
+            "(the lesson's causal mask hides it)",
+            scaled,
+        )
+    return (
+        f"mask: {order}, yet the mask shown hides it: the score becomes -inf (the lesson's causal mask allows it)",
+        -math.inf,
+    )
 
 
 def explain_cell(st: Stages, matrix: str, i: int, j: int) -> Explanation:
@@ -266,7 +436,7 @@ def explain_cell(st: Stages, matrix: str, i: int, j: int) -> Explanation:
         )
         title = f"{matrix}[{name}, {cols[j]}]: the {role} of '{name}', dimension {j}"
         return Explanation(
-            matrix, i, j, title, lines, want, (), _check_line(st, matrix, M[i, j].item(), want, 2)
+            matrix, i, j, title, lines, want, (), check_line(st, matrix, M[i, j].item(), want, 2)
         )
 
     if matrix == "S":
@@ -283,20 +453,12 @@ def explain_cell(st: Stages, matrix: str, i: int, j: int) -> Explanation:
         value = scaled
         if not st.causal:
             lines.append("no mask: every token may look at every token")
-        elif bool(st.allowed[i, j]):
-            lines.append(
-                f"mask: '{key}' (position {j + 1}) is not after '{name}' (position {i + 1}): "
-                f"allowed, the score stays {fmt(scaled)}"
-            )
         else:
-            value = -math.inf
-            lines.append(
-                f"mask: '{key}' (position {j + 1}) comes after '{name}' (position {i + 1}): "
-                "not allowed, the score becomes -inf"
-            )
+            line, value = mask_line(st, i, j, scaled)
+            lines.append(line)
         inputs = tuple(("Q", i, c) for c in range(st.d_k)) + tuple(("K", j, c) for c in range(st.d_k))
         title = f"S[{name}, {key}]: how well the query of '{name}' matches the key of '{key}'"
-        check = _check_line(st, "masked" if st.causal else "scaled", st.masked[i, j].item(), value, 2)
+        check = check_line(st, "masked" if st.causal else "scaled", st.masked[i, j].item(), value, 2)
         return Explanation("S", i, j, title, tuple(lines), value, inputs, check)
 
     if matrix == "A":
@@ -306,7 +468,9 @@ def explain_cell(st: Stages, matrix: str, i: int, j: int) -> Explanation:
         where = "S / sqrt(d_k), masked" if st.causal else "S / sqrt(d_k)"
         lines = [
             f"row '{name}' of {where}: {fmt_list(row)}",
-            f"minus the row max {fmt(top)}: {fmt_list(shifted)}",
+            f"minus the row max {fmt(top)}: {fmt_list(shifted)}"
+            if total > 0
+            else "every score is -inf: no row max",
             f"exp(x - max): {fmt_list(exps, 3)}",
             f"row sum: {' + '.join(fmt(e, 3) for e in exps)} = {fmt(total, 3)}",
         ]
@@ -315,13 +479,13 @@ def explain_cell(st: Stages, matrix: str, i: int, j: int) -> Explanation:
                 f"/ row sum: A[{name}, {key}] = {fmt(exps[j], 3)} / {fmt(total, 3)} = {fmt(weights[j], 3)}"
             )
         else:
-            lines.append("every key is masked: the whole row is 0, never NaN")
-        lines.append(f"the whole row: {fmt_list(weights, 3)} (sums to 1)")
+            lines.append("every key is masked: the whole row is 0, never NaN, and so is the output row")
+        lines.append(f"the whole row: {fmt_list(weights, 3)} ({sum_words(weights)})")
         if not math.isfinite(row[j]):
             lines.append(f"'{key}' is masked: exp(-inf) = 0, so it gets no attention at all")
         inputs = tuple(("S", i, c) for c in range(st.T))
         title = f"A[{name}, {key}]: the share of its attention '{name}' gives to '{key}'"
-        check = _check_line(st, "A", st.A[i, j].item(), weights[j], 3)
+        check = check_line(st, "A", st.A[i, j].item(), weights[j], 3)
         return Explanation("A", i, j, title, tuple(lines), weights[j], inputs, check)
 
     # O
@@ -340,30 +504,31 @@ def explain_cell(st: Stages, matrix: str, i: int, j: int) -> Explanation:
     )
     inputs = tuple(("A", i, c) for c in range(st.T)) + tuple(("V", r, j) for r in range(st.T))
     title = f"O[{name}, {col}]: the weighted sum of the value rows, weighted by row '{name}' of A"
-    return Explanation(
-        "O", i, j, title, lines, want, inputs, _check_line(st, "O", st.O[i, j].item(), want, 2)
-    )
+    return Explanation("O", i, j, title, lines, want, inputs, check_line(st, "O", st.O[i, j].item(), want, 2))
 
 
 def explain_row(st: Stages, i: int) -> list[str]:
-    """Follow one token's row through every matrix, in words and numbers."""
+    """Follow one token's row through every matrix, in words and numbers read from the matrices shown."""
     name = st.label(i)
     a = st.A[i].tolist()
     o = st.O[i].tolist()
-    top = max(range(st.T), key=a.__getitem__)
-    big = max(range(len(o)), key=lambda c: abs(o[c]))
     lines = [
-        f"Following '{name}' (query {i + 1} of {st.T})",
+        f"Following '{name}' (query {i}; positions count from 0 to {st.T - 1})",
         f"its query q_{name} = {fmt_list(st.Q[i].tolist())}",
         f"raw scores q_{name} . k_j: {fmt_list(st.S[i].tolist())}",
         f"scaled by 1/sqrt({st.d_k}): {fmt_list(st.scaled[i].tolist())}",
     ]
     if st.causal:
         lines.append(f"after the causal mask: {fmt_list(st.masked[i].tolist())}")
-    lines += [
-        f"weights A: {fmt_list(a, 3)}: '{name}' looks most at '{st.label(top)}' ({a[top]:.2f})",
-        f"output O: {fmt_list(o)}: largest along '{st.value_names[big]}'",
-    ]
+    labels = [st.label(j) for j in range(st.T)]
+    lines.append(f"weights A: {fmt_list(a, 3)} ({sum_words(a)}): {looks_words(name, a, labels)}")
+    if is_empty(o):
+        lines.append(f"output O: {fmt_list(o)}: all 0")
+    else:
+        big = max(range(len(o)), key=lambda c: abs(o[c]) if math.isfinite(o[c]) else -1.0)
+        lines.append(f"output O: {fmt_list(o)}: largest along '{st.value_names[big]}'")
+    if st.first_difference is not None:
+        lines.append(st.first_difference.line())
     return lines
 
 
@@ -408,7 +573,22 @@ def _sources(st: Stages, choices: dict[str, Choice]) -> tuple[str, str]:
             f"<div class='ac-source ac-source-builtin' style='font-size:0.9em'><b>[built-in]</b> {names}: "
             "the course's versions, until you write yours</div>"
         )
+    diff = st.first_difference
+    if diff is not None:
+        html_out += (
+            "<div class='ac-source ac-difference' style='font-size:0.9em;color:#a33c00'><b>[differs]</b> "
+            + _code(diff.line())
+            + "</div>"
+        )
     footer = "  |  ".join(
         [f"{c.name}: {c.source}" for c in choices.values()] + [f"{n}: built-in" for n in builtin]
     )
     return html_out, footer
+
+
+def _code(text: str) -> str:
+    """Text as HTML, `name` shown as code."""
+    import html
+    import re
+
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))

@@ -11,10 +11,12 @@ import math
 
 import ipywidgets as W
 import numpy as np
+import torch
 from matplotlib.colors import Normalize
 from matplotlib.patches import Rectangle
 
 from .base import Explorer, _classes, _image, _pre, _quick, _readout
+from .compare import compare, is_empty, looks_words, sum_words
 from .drawing import (
     BLUE,
     DPI,
@@ -37,38 +39,104 @@ from .stages import Stage, Stages, _softmax_steps, _sources, _stage_choices, _st
 # ----------------------------------------------------------------- computation
 
 
+def _row_check(st: Stages, key: str, i: int, got: torch.Tensor, want: torch.Tensor, what: str) -> list[str]:
+    """A line when row i of a shown stage is not what the lesson's arithmetic gives from the row before it."""
+    cols = st.value_names if key == "O" else [st.label(j) for j in range(st.T)]
+    matrix = {"masked": "masked", "scaled": "scaled"}.get(key, key)
+    diff = compare(key, "", got, want, name=lambda ix: f"{matrix}[{st.label(i)}, {cols[ix[0]]}]", what=what)
+    if diff is None:
+        return []
+    maker = st.made_by.get(key, "")
+    who = f"your `{maker}`" if st.yours(key) else "this stage"
+    return [
+        f"  {who} gives {fmt_list(got.tolist(), 3 if key == 'A' else 2)} here, "
+        f"so this row differs from the arithmetic above in {len(diff.cells)} of {diff.total} cells, "
+        f"e.g. {diff.example}"
+    ]
+
+
+def _inside(st: Stages, key: str) -> list[str]:
+    """A note on a stage the explorer works out itself while the student's ``attention`` does it inside."""
+    if st.made_by.get("A") == "attention" and st.yours("A") and not st.yours(key):
+        return [
+            f"  (the lesson's arithmetic, worked out here: your `attention` does this step inside, "
+            f"and its weights show at {st.stage_number('A')})"
+        ]
+    return []
+
+
+def _difference_lines(st: Stages, stage: Stage) -> list[str]:
+    """Where the head first departs from the lesson, and whether that is this stage."""
+    diff = st.first_difference
+    if diff is None:
+        return []
+    here = {"allowed": "masked", "Q": "", "K": "", "V": ""}.get(diff.stage, diff.stage)
+    mark = "\u25b6 this stage is where it starts. " if here == stage.key else ""
+    return [mark + diff.line()]
+
+
 def stage_row_lines(st: Stages, stage: Stage, i: int) -> list[str]:
-    """The arithmetic of row i at one stage of the stepper."""
+    """The arithmetic of row i at one stage of the stepper, read from the matrices the stages show."""
     name = st.label(i)
     keys = [st.label(j) for j in range(st.T)]
     if stage.key == "S":
         q = st.Q[i].tolist()
         lines = [f"S[{name}, j] = q_{name} . k_j for every key j:"]
         for j, key in enumerate(keys):
-            lines.append(f"  q_{name} . k_{key} = {_terms(q, st.K[j].tolist())} = {fmt(st.S[i, j].item())}")
-        return lines
-    if stage.key == "scaled":
-        return [
-            f"divide row '{name}' by sqrt(d_k) = sqrt({st.d_k}) = {math.sqrt(st.d_k):.3f}:",
-            f"  {fmt_list(st.S[i].tolist())} / {math.sqrt(st.d_k):.3f} = {fmt_list(st.scaled[i].tolist())}",
+            k = st.K[j].tolist()
+            want = sum(a * b for a, b in zip(q, k))
+            lines.append(f"  q_{name} . k_{key} = {_terms(q, k)} = {fmt(want)}")
+        lines += _row_check(st, "S", i, st.S[i], st.Q[i] @ st.K.mT, "score")
+    elif stage.key == "scaled":
+        root = math.sqrt(st.d_k)
+        want = st.S[i] / root
+        lines = [
+            f"divide row '{name}' by sqrt(d_k) = sqrt({st.d_k}) = {root:.3f}:",
+            f"  {fmt_list(st.S[i].tolist())} / {root:.3f} = {fmt_list(want.tolist())}",
         ]
-    if stage.key == "masked":
+        lines += _row_check(st, "scaled", i, st.scaled[i], want, "score")
+        lines += _inside(st, "scaled")
+    elif stage.key == "masked":
         hidden = [keys[j] for j in range(st.T) if not bool(st.allowed[i, j])]
-        what = (
-            f"keys after '{name}' ({', '.join(hidden)}) become -inf" if hidden else "nothing comes after it"
-        )
-        return [f"causal mask: {what}:", f"  {fmt_list(st.masked[i].tolist())}"]
-    if stage.key == "A":
-        shifted, top, exps, total, weights = _softmax_steps(st.masked[i].tolist())
-        best = max(range(st.T), key=lambda j: st.A[i, j].item())
-        return [
-            f"softmax of row '{name}': minus the max {fmt(top)}, exp, divide by the sum {fmt(total, 3)}:",
-            f"  {fmt_list(st.A[i].tolist(), 3)}",
-            f"'{name}' looks most at '{keys[best]}' ({st.A[i, best].item():.2f})",
-        ]
-    a = st.A[i].tolist()
-    terms = " + ".join(f"{fmt(w, 3)}*v_{k}" for w, k in zip(a, keys))
-    return [f"O[{name}] = {terms}", f"  = {fmt_list(st.O[i].tolist())}"]
+        later = [keys[j] for j in range(i + 1, st.T)]
+        if hidden == later:
+            what = (
+                f"keys after '{name}' ({', '.join(hidden)}) become -inf"
+                if hidden
+                else "nothing comes after it"
+            )
+        else:
+            what = (
+                f"the mask shown hides {', '.join(hidden) if hidden else 'no key'} from '{name}', "
+                f"where the lesson's causal mask hides {', '.join(later) if later else 'no key'} (the keys after it)"
+            )
+        lines = [f"causal mask: {what}:", f"  {fmt_list(st.masked[i].tolist())}"]
+        want = st.scaled[i].masked_fill(~st.allowed[i], -math.inf)
+        lines += _row_check(st, "masked", i, st.masked[i], want, "score")
+        lines += _inside(st, "masked")
+    elif stage.key == "A":
+        before = st.masked if st.causal else st.scaled
+        shifted, top, exps, total, weights = _softmax_steps(before[i].tolist())
+        shown = st.A[i].tolist()
+        if total > 0:
+            how = f"minus the max {fmt(top)}, exp, divide by the sum {fmt(total, 3)}"
+        else:
+            how = "every key is hidden, so the whole row is 0 (never NaN)"
+        lines = [f"softmax of row '{name}' above: {how}:", f"  {fmt_list(weights, 3)} ({sum_words(weights)})"]
+        check = _row_check(st, "A", i, st.A[i], torch.tensor(weights, dtype=st.A.dtype), "weight")
+        lines += check
+        if check:
+            lines.append(f"  the weights shown: {sum_words(shown)}")
+        lines.append(looks_words(name, shown, keys))
+    else:
+        a = st.A[i].tolist()
+        terms = " + ".join(f"{fmt(w, 3)}*v_{k}" for w, k in zip(a, keys))
+        want = st.A[i] @ st.V
+        lines = [f"O[{name}] = {terms}", f"  = {fmt_list(want.tolist())}"]
+        if is_empty(a):
+            lines[-1] += f": '{name}' may look at no key, so its output is 0"
+        lines += _row_check(st, "O", i, st.O[i], want, "output")
+    return lines + _difference_lines(st, stage)
 
 
 # ---------------------------------------------------------------------- figure
@@ -579,7 +647,11 @@ class StageStepper(Explorer):
         step.observe(self._changed, names="value")
         chooser.observe(self._changed, names="value")
         self.image, self.readout = _image(), _readout()
-        steps = " -> ".join(f"{n + 1} {s.title}" for n, s in enumerate(self.stages))
+        self.departs = departs = self._departs()
+        steps = " -> ".join(
+            f"{n + 1} {s.title}" + (" (first differs from the lesson)" if n == departs else "")
+            for n, s in enumerate(self.stages)
+        )
         intro = W.HTML(f"<b>{html.escape(self.st.title)}</b>: {html.escape(steps)}" + banner)
         self._root(intro, W.HBox([step, self.stage_name]), chooser, self.image, self.readout)
         self.refresh()
@@ -587,6 +659,14 @@ class StageStepper(Explorer):
         self.static_png = self.image.value
         self.static_html = self.readout.value
         self.text = f"{self.title}: {self.st.title}\n{steps}\n{footer}"
+
+    def _departs(self) -> int | None:
+        """The index of the first stage that departs from the lesson (None where none does)."""
+        diff = self.st.first_difference
+        if diff is None:
+            return None
+        key = {"allowed": "masked", "Q": "S", "K": "S", "V": "O"}.get(diff.stage, diff.stage)
+        return next((n for n, s in enumerate(self.stages) if s.key == key), None)
 
     @_quick
     def refresh(self) -> None:
@@ -596,8 +676,13 @@ class StageStepper(Explorer):
         self.state = (stage.key, i)
         self.figure.update(k, i)
         self.image.value = self.figure.render(k)
+        mark = (
+            " <span class='ac-departs' style='color:#a33c00'>&#9888; first differs from the lesson here</span>"
+            if k == self.departs
+            else ""
+        )
         self.stage_name.value = (
-            f"<b>{k + 1}. {html.escape(stage.title)}</b>: {html.escape(stage.formula)}"
+            f"<b>{k + 1}. {html.escape(stage.title)}</b>: {html.escape(stage.formula)}{mark}"
             f"<br><span class='ac-stage-state'>{html.escape(self.figure.state_words(k))}</span>"
         )
         self.readout.value = _pre("\n".join(stage_row_lines(self.st, stage, i)), "ac-summary")
