@@ -1,7 +1,7 @@
 """Instructor command line: ``python -m grader <command>``.
 
 Commands, in the order of a term:
-  check-sources  check solutions/ against the course's rules (ids, points, checks, Colab cell)
+  check-sources  check each lesson's sources against CONTRIBUTING.md's rules, without a kernel
   build          regenerate notebooks/ (student versions) from solutions/ with nbgrader
   release        build, then pack the student bundle (zip) and prove it clean
   collect        place an LMS export's notebooks where nbgrader expects them
@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument(
         "--fix-ids", action="store_true", help="first give each nbgrader cell its grade id as cell id"
     )
+    src.add_argument("lessons", nargs="*", help="lesson ids, e.g. 12_rotary (default: every lesson)")
 
     build = sub.add_parser("build", help="regenerate notebooks/ from solutions/ with nbgrader")
     build.add_argument("lessons", nargs="*", help="lesson ids (default: all)")
@@ -139,13 +140,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.fix_ids:
             for line in fix_cell_ids():
                 print(line)
-        problems = check_sources()
+        unknown = sorted(set(args.lessons) - set(course.lessons()))
+        if unknown:
+            print(
+                f"no such lesson in solutions/: {', '.join(unknown)} (lessons: {', '.join(course.lessons())})"
+            )
+            return 2
+        problems = check_sources(only=args.lessons or None)
         for p in problems:
             print(p)
+        checked = len(args.lessons or course.lessons())
         print(
             f"{len(problems)} problems in solutions/"
             if problems
-            else f"solutions/: {len(course.lessons())} lessons follow the rules"
+            else f"solutions/: {checked} lessons follow the rules"
         )
         return 1 if problems else 0
 

@@ -205,9 +205,10 @@ def compute_stages(
     return st
 
 
-def _soft(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax along ``dim``, a row with no allowed key giving zeros (the course's contract)."""
-    return torch.softmax(Z, dim=dim).nan_to_num(nan=0.0)
+def _soft(Z: torch.Tensor) -> torch.Tensor:
+    """Softmax of each row, a row with no allowed key giving zeros (the course's contract). Rows only:
+    the student package holds no function that answers an exercise (``python -m grader release``)."""
+    return torch.softmax(Z, dim=-1).nan_to_num(nan=0.0)
 
 
 def _expected(st: Stages) -> dict[str, torch.Tensor]:
@@ -245,8 +246,8 @@ def _guesses(st: Stages) -> dict[str, torch.Tensor]:
             out["the mask is applied after the softmax, so rows no longer sum to 1"] = _soft(scaled) * allowed
             out["hidden scores are set to 0 instead of -inf"] = _soft(scaled.masked_fill(~allowed, 0.0))
     out["softmax runs down the columns (dim -2) instead of along each row"] = _soft(
-        st.masked if st.causal else st.scaled, -2
-    )
+        (st.masked if st.causal else st.scaled).mT
+    ).mT
     return out
 
 
