@@ -146,3 +146,55 @@ def test_a_lesson_never_submitted_is_blank_in_the_export(graded, tmp_path):
         assert float(submitted["score"]) == float(submitted["max_score"]) > 0, submitted
         assert (never["raw_score"], never["late_submission_penalty"], never["score"]) == ("", "", ""), never
         assert float(never["max_score"]) > 0 and never["gradebook_check"] == "", never
+
+
+def test_the_exchange_round_trip_from_release_to_fetched_feedback(tmp_path):
+    """nbgrader's exchange end to end on the course as laid out: the instructor releases, a student
+    fetches, answers and submits, the instructor collects, grades with the course's tool, makes and
+    releases feedback, and the student fetches the page."""
+    work, exchange, home = tmp_path / "work", tmp_path / "exchange", tmp_path / "student"
+    for folder in (work, exchange, home):
+        folder.mkdir()
+    root = f"--Exchange.root={exchange}"
+
+    def student(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "ATTENTION_COURSE_WORK"}
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+        run = subprocess.run(
+            ["nbgrader", *args, f"--course={COURSE_ID}", root],
+            cwd=home,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, (args, run.stderr[-3000:])
+        return run
+
+    def instructor(*args: str) -> None:
+        run = _nbgrader(work, *args)
+        assert run.returncode == 0, (args, run.stderr[-3000:])
+
+    instructor("release_assignment", L1, root)
+    student("fetch_assignment", L1)
+    fetched = home / L1 / f"{L1}.ipynb"
+    nbformat.write(filled(fetched, solution_sources(L1)), fetched)
+    student("submit", L1)
+    instructor("collect", L1, root)
+    (who,) = [p.name for p in (work / "submitted").iterdir()]
+    assert (work / "submitted" / who / L1 / "timestamp.txt").exists()
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    graded = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", L1, "--quiet"],
+        cwd=ROOT,
+        env=dict(os.environ, PATH=path, ATTENTION_COURSE_WORK=str(work)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert graded.returncode == 0 and "graded: 1" in graded.stdout, (graded.stdout, graded.stderr[-3000:])
+    instructor("generate_feedback", L1)
+    instructor("release_feedback", L1, root)
+    student("fetch_feedback", L1)
+    (page,) = list((home / L1 / "feedback").rglob(f"{L1}.html"))
+    text = feedback.page_text(page.read_text())
+    assert "Your results: 7 / 7 points" in text, text[:2000]
