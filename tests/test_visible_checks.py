@@ -355,3 +355,19 @@ def test_a_failure_reports_and_goes_on_only_in_a_students_session(session, capsy
             """,
         )
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.slow
+def test_a_training_loop_that_never_updates_fails_lesson_10s_visible_check(monkeypatch):
+    """`p = p - lr * p.grad` only renames p: the loss then moves by noise alone (about 0.01 in 30 steps),
+    which the old check took for learning. Graded, the visible check now fails; before hand-in it says why."""
+    from tests.test_lesson10 import train_answer
+
+    answers = {"ex10_train_head": train_answer("p = p - lr * p.grad\np.grad = None")}
+    graded = _run("10_learning", answers, monkeypatch, "autograde")
+    errors = _errors(_cell(graded, "test10_train_head_runs"))
+    assert errors and "the weights never changed" in errors[0].evalue, errors
+    session = _run("10_learning", answers, monkeypatch, None)
+    assert "the weights never changed" in _stdout(_cell(session, "test10_train_head_runs"))
+    right = _run("10_learning", {}, monkeypatch, "autograde")
+    assert not _errors(_cell(right, "test10_train_head_runs"))
