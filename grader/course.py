@@ -93,14 +93,14 @@ def secret(folder: Path | None = None) -> bytes:
     return bytes.fromhex(path.read_text().strip())
 
 
-def case_salt(lesson: str, student: str, code: list[str]) -> int:
-    """What shifts the seeds of a submission's hidden cases: drawn from the course secret, the lesson,
-    the student and the student's code, so each attempt meets inputs of its own, and a regrade of the
-    same notebook the same ones."""
+def case_salt(lesson: str, student: str, submission: list[str]) -> int:
+    """What the seeds of a submission's hidden cases are drawn with: the course secret, the lesson, the
+    student and what the student handed in (the digest of its bytes), so each attempt meets inputs of
+    its own, and a regrade of the same notebook the same ones."""
     import hashlib
     import hmac
 
-    text = "\0".join([lesson, student, *code]).encode("utf-8", "surrogatepass")
+    text = "\0".join([lesson, student, *submission]).encode("utf-8", "surrogatepass")
     digest = hmac.new(secret(), text, hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "big") >> 2
 

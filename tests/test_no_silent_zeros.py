@@ -201,3 +201,27 @@ def test_a_proof_is_remembered_until_what_it_holds_for_changes(tmp_path, monkeyp
     assert grading._unproven([LESSON], digests, Options(timeout=60)) == {}
     assert list(grading._unproven([LESSON], digests, Options(timeout=5))) == [LESSON]  # other settings
     assert list(grading._unproven([LESSON], {LESSON: "changed"}, Options(timeout=60))) == [LESSON]
+
+
+def test_a_notebook_whose_setup_cell_was_removed_or_moved_is_scored_not_excused(tmp_path):
+    """Only the lesson's leading cells, all there and in order, make a failure 'before student code':
+    a student who removes or moves the setup cell gets the score their notebook earns."""
+    import nbformat
+
+    from grader.classroom.autograde import Job, Options, grade_job
+    from tests.nbtools import grading_work
+
+    sols = solution_sources(LESSON)
+    sols["ex01_project"] = sols["ex01_project"].replace("X @ W_q", "X @ W_k")
+    with grading_work(tmp_path, [LESSON]) as template:
+        for change in ("removed", "moved"):
+            nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", sols)
+            code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+            setup = nb.cells.pop(code[1])  # the setup cell, after the Colab cell
+            if change == "moved":
+                nb.cells.insert(code[2], setup)  # after the cell that needs it
+            result = grade_job(
+                Job("eve", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+            )
+            assert result.error is None and result.status != "could not be graded", (change, result.error)
+            assert result.score < result.max_score, (change, result.score)

@@ -174,6 +174,12 @@ def _new_context(root: Path, lesson: Any, opts: Options, deny: list, **who: Any)
     )
 
 
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
 def _begin_notebook(resources: dict, config: Any) -> bool:
     """Set up the context of one notebook graded by plain nbgrader; False if it is not a lesson."""
     _end_notebook()
@@ -189,7 +195,12 @@ def _begin_notebook(resources: dict, config: Any) -> bool:
     opts = Options(timeout=int(timeout or 60))
     root = Path(tempfile.mkdtemp(prefix="autograde-"))
     deny = _protected_around(autograded_dir)
-    _new_context(root, lesson, opts, deny, plain=True, student=str(info.get("student") or ""))
+    student = str(info.get("student") or "")
+    try:  # what the student handed in, byte for byte: the hidden cases' salt is drawn from it
+        submission = _digest(course.submission_path(lesson_id, student).read_bytes())
+    except OSError:
+        submission = ""
+    _new_context(root, lesson, opts, deny, plain=True, student=student, submission=submission)
     _configure_kernels(root, autograded_dir, deny, opts)
     return True
 
@@ -351,7 +362,7 @@ def _checks_job(nb: Any) -> dict:
         "cell_timeout": ctx["options"].timeout,
         "result_path": str(ctx["root"] / "trusted" / "result.json"),
         "salt": course.case_salt(
-            lesson.id, ctx.get("student", ""), [c["source"] for c in student_cells if c["kind"] == "other"]
+            lesson.id, ctx.get("student", ""), [ctx.get("submission") or repr(nb.cells)]
         ),
     }
 
@@ -733,17 +744,18 @@ class CouldNotGrade(RuntimeError):
 def _failed_before_student_code(nb: Any, lesson: lessons.Lesson) -> str | None:
     """Why the lesson's own cells above the student's first cell failed, or None if they did not.
 
-    Only cells as the lesson has them count (locked ones, which nbgrader restores from the release,
-    and the lesson's plain cells left unedited); the first answer cell, test cell, or cell the student
-    added or edited ends the search, since from there on a failure may be the student's doing."""
-    own = {c.source.strip() for c in lesson.cells if c.kind == "context"}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
+    Only the lesson's leading code cells count, all of them, in the lesson's order and as the lesson
+    has them: a notebook whose cells up to the failure differ from those (a cell removed, moved,
+    edited or added) is graded as it is, since the failure may then be the student's doing."""
+    leading = []
+    for c in lesson.cells:
+        if c.kind != "context":
+            break
+        leading.append(c.source.strip())
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    for i, cell in enumerate(code[: len(leading)]):
         meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") or meta.get("grade"):
-            return None
-        if not meta.get("locked") and cell.source.strip() not in own:
+        if meta.get("solution") or meta.get("grade") or cell.source.strip() != leading[i]:
             return None
         error = _first_error(cell)
         if error is not None:
@@ -1190,7 +1202,16 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     gradebook = _private_gradebook()
     gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
     deny = (list(opts.protect) or default_protected()) + [str(_private_area())]
-    _new_context(root, lesson, opts, deny, job=True, timestamp=job.timestamp, student=job.student)
+    _new_context(
+        root,
+        lesson,
+        opts,
+        deny,
+        job=True,
+        timestamp=job.timestamp,
+        student=job.student,
+        submission=_digest(job.notebook),
+    )
     autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
     _configure_kernels(root, autograded_dir, deny, opts)
 

@@ -7,6 +7,7 @@ never a lucky pass.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,8 +28,13 @@ _SALT = [0]
 
 
 def gen(seed: int) -> torch.Generator:
-    """A CPU generator in a known state (the seed shifted by the current salt)."""
-    return torch.Generator().manual_seed((seed + _SALT[0]) % 2**63)
+    """A CPU generator in a known state: the lesson's seed, or while salted a seed drawn from the salt
+    and the lesson's seed together. PyTorch's CPU generator keeps 32 bits of a seed, so each case gets
+    a seed of its own: one case's inputs, recovered from a leaked number, tell nothing of the others."""
+    if not _SALT[0]:
+        return torch.Generator().manual_seed(seed)
+    drawn = hashlib.sha256(f"{_SALT[0]}:{seed}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(drawn[:8], "big") >> 1)
 
 
 @contextmanager
