@@ -37,7 +37,6 @@ import html
 import json
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -301,21 +300,11 @@ SMALL = 4096  # bytes: a timestamp or an exchange secret is far shorter
 
 def _read_small(path: Path) -> str | None:
     """A short text file's content, read without following a link (None: absent, a link, too long)."""
+    from grader.classroom.autograde import read_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, SMALL + 1)
-    finally:
-        os.close(fd)
-    if len(data) > SMALL:
-        return None
-    try:
-        return data.decode("utf-8").strip()
-    except UnicodeDecodeError:
+        return read_regular(path, SMALL).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
 
 

@@ -30,6 +30,12 @@ CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_IDENTITY = ["Email address", "Username", "First name", "Last name"]
 
 
+def _person(sid: str, **known: str) -> dict[str, str]:
+    """One student's identity columns: what is known, "" for the rest (the login is the student id)."""
+    blank = dict.fromkeys(["Student", "ID", "SIS User ID", "Section", "email", "first", "last"], "")
+    return {**blank, "id": sid, "Student": sid, "SIS Login ID": sid, **known}
+
+
 def _people(roster: Path | None) -> list[dict[str, str]]:
     """Every student to list, in order: the roster's rows, else nbgrader's students, else the graded."""
     if roster is not None:
@@ -41,17 +47,15 @@ def _people(roster: Path | None) -> list[dict[str, str]]:
                 raw.get("Student") or row.get("sortable name") or row.get("full name") or row.get("name", "")
             )
             people.append(
-                {
-                    "id": sid,
-                    "Student": name,
-                    "ID": raw.get("ID", "") or row.get("canvas user id", "") or row.get("user id", ""),
-                    "SIS User ID": raw.get("SIS User ID", ""),
-                    "SIS Login ID": raw.get("SIS Login ID", ""),
-                    "Section": raw.get("Section", ""),
-                    "email": row.get("email", "") or row.get("email address", ""),
-                    "first": first,
-                    "last": last,
-                }
+                _person(
+                    sid,
+                    Student=name,
+                    ID=raw.get("ID", "") or row.get("canvas user id", "") or row.get("user id", ""),
+                    **{k: raw.get(k, "") for k in ("SIS User ID", "SIS Login ID", "Section")},
+                    email=row.get("email", "") or row.get("email address", ""),
+                    first=first,
+                    last=last,
+                )
             )
         return people
     return _gradebook_people()
@@ -71,17 +75,7 @@ def _gradebook_people() -> list[dict[str, str]]:
     for sid, first, last, email, lms in rows:
         name = ", ".join(x for x in (last, first) if x) or sid
         people.append(
-            {
-                "id": sid,
-                "Student": name,
-                "ID": lms or "",
-                "SIS User ID": "",
-                "SIS Login ID": sid,
-                "Section": "",
-                "email": email or "",
-                "first": first or "",
-                "last": last or "",
-            }
+            _person(sid, Student=name, ID=lms or "", email=email or "", first=first or "", last=last or "")
         )
     return people
 
@@ -111,19 +105,7 @@ def write(
     people = _people(roster)
     listed = {p["id"] for p in people}
     for sid in sorted({r["student"] for r in records} - listed):  # graded, but on no list
-        people.append(
-            {
-                "id": sid,
-                "Student": sid,
-                "ID": "",
-                "SIS User ID": "",
-                "SIS Login ID": sid,
-                "Section": "",
-                "email": "",
-                "first": "",
-                "last": "",
-            }
-        )
+        people.append(_person(sid))
     now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     paths = {"canvas": out_dir / "canvas_import.csv", "moodle": out_dir / "moodle_import.csv"}
     with paths["canvas"].open("w", newline="") as f:
