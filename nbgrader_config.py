@@ -39,19 +39,19 @@ c.Execute.timeout = 60
 c.Execute.iopub_timeout = 60
 # Hidden tests must never appear in what students get back: ClearHiddenTests strips them
 # from the sources, ScrubTracebacks from error outputs; ResultsSummary puts every check's
-# result and diagnosis at the top (grader/classroom/feedback.py).
+# result and diagnosis at the top (grader/instructor/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "grader.classroom.feedback.ScrubTracebacks",
-    "grader.classroom.feedback.ResultsSummary",
+    "grader.instructor.feedback.ScrubTracebacks",
+    "grader.instructor.feedback.ResultsSummary",
     "grader.classroom.cells.CapOutputs",
 ]
 # `nbgrader release_feedback` reads a timestamp.txt and a submission_secret.txt beside every page and
 # stops the whole release at the first folder without them (a notebook placed by hand has neither):
-# each feedback folder gets them once its page is written (grader/classroom/feedback.py).
-c.GenerateFeedback.post_convert_hook = "grader.classroom.feedback.after_feedback"
+# each feedback folder gets them once its page is written (grader/instructor/feedback.py).
+c.GenerateFeedback.post_convert_hook = "grader.instructor.feedback.after_feedback"
 # A deleted test cell is put back, not left for manual grading. RestoreCells matches every cell
 # to the release (grade id, cell id, source) and repairs crafted structure -- test cells turned
 # into answers, renamed or duplicated grade ids, changed points, removed metadata -- before
@@ -81,9 +81,9 @@ c.Autograde.pre_convert_hook = record_before_autograde
 # `nbgrader export` writes its CSV to the work folder, not to the repository
 c.ExportPlugin.to = os.path.join(WORK, "grades.csv")
 # ... with every text cell a spreadsheet would run as a formula (=, +, -, @) quoted
-c.ExportApp.plugin_class = "grader.classroom.report.SafeCsvExport"
+c.ExportApp.plugin_class = "grader.instructor.report.SafeCsvExport"
 # what the formgrader shows of a graded notebook: the student's HTML, scripts and Markdown as text
-c.HTMLExporter.preprocessors = ["grader.classroom.feedback.EscapeStudentContent"]
+c.HTMLExporter.preprocessors = ["grader.instructor.feedback.EscapeStudentContent"]
 # Every kernel nbgrader starts runs the student's code sealed in bubblewrap where it can (no grader/,
 # solutions/, gradebook or other submissions in sight, no network), else under the guard alone
 # (grader/classroom/kernels.py, grader/classroom/seal.py).
@@ -95,7 +95,7 @@ c.Execute.kernel_manager_class = "grader.classroom.kernels.GuardedKernelManager"
 c.Autograde.autograde_preprocessors = [
     "grader.classroom.autograde.IndependentChecks",
     "grader.classroom.autograde.GuardedExecute",
-    "grader.classroom.autograde.ApplyVerdicts",
+    "grader.classroom.verdicts.ApplyVerdicts",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -2,18 +2,43 @@
 
 These compare against the numbers printed in the lessons; the hidden tests go
 further (random, batched inputs on every device). In a student's session a failed
-check reports and goes on (``diagnosed``); ``where_you_stand`` sums up what ran.
+check reports and goes on (``diagnosed``), and so does a lesson's example cell that
+runs the student's functions (``demo``); ``where_you_stand`` sums up what ran.
+``expect_dtype_follows`` and ``expect_inputs_unchanged`` check, on the lesson's own
+inputs, the two rules the hidden checks hold every function to: results keep the
+inputs' dtype, and inputs are never changed in place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
-from attention_course.diagnosis import CHECKS, diagnosed, graded
+from attention_course.diagnosis import (
+    BOX_WIDTH,
+    CHECKS,
+    _codes,
+    _where_raised,
+    _wrapped,
+    diagnosed,
+    graded,
+    stub_name,
+)
 
-__all__ = ["diagnosed", "expect_shape", "expect_values", "is_implemented", "where_you_stand"]
+__all__ = [
+    "demo",
+    "diagnosed",
+    "expect_dtype_follows",
+    "expect_inputs_unchanged",
+    "expect_shape",
+    "expect_values",
+    "is_implemented",
+    "where_you_stand",
+]
 
 
 def expect_shape(t: object, shape: Sequence[int], what: str) -> None:
@@ -50,6 +75,156 @@ def is_implemented(fn, *args, **kwargs) -> bool:
     except NotImplementedError:
         return False
     return True
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    """Every tensor in x (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def _as_float64(x: Any) -> Any:
+    """x with every floating tensor in it turned to float64 (other values left as they are)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().double() if x.is_floating_point() else x
+    if isinstance(x, dict):
+        return {k: _as_float64(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_as_float64(v) for v in x)
+    return x
+
+
+def _name(fn: object) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def expect_dtype_follows(fn: Callable, *args: Any, **kwargs: Any) -> None:
+    """Assert that fn's floating results have the dtype of its floating inputs: as given, then in float64."""
+    for inputs, kw in ((args, kwargs), (_as_float64(args), _as_float64(kwargs))):
+        given = {t.dtype for t in _tensors([inputs, kw]) if t.is_floating_point()}
+        if len(given) != 1:
+            continue
+        dtype = given.pop()
+        for t in _tensors(fn(*inputs, **kw)):
+            if t.is_floating_point() and t.dtype != dtype:
+                want, got = str(dtype)[6:], str(t.dtype)[6:]
+                raise AssertionError(
+                    f"{_name(fn)} returned a {got} tensor for {want} inputs: results keep the dtype of the "
+                    f"inputs (no .double() or .float(), no new tensor without dtype=)."
+                )
+
+
+def expect_inputs_unchanged(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call fn(*args, **kwargs), assert it changed none of its tensor arguments in place; return its result."""
+    before = [(name, value, value.detach().clone()) for name, value in _arguments(fn, args, kwargs)]
+    result = fn(*args, **kwargs)
+    for name, value, copy in before:
+        same = value.shape == copy.shape and bool(((value == copy) | (value.isnan() & copy.isnan())).all())
+        assert same, (
+            f"{_name(fn)} changed its argument `{name}` in place (masked_fill_, fill_, += ...): "
+            "return a new tensor and leave the inputs as they were."
+        )
+    return result
+
+
+def _arguments(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
+    """The tensor arguments of a call, each with its parameter's name (or its position)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {f"input {i + 1}": a for i, a in enumerate(args)} | kwargs
+    return [(name, value) for name, value in bound.items() if isinstance(value, torch.Tensor)]
+
+
+# ------------------------------------------------------------------ the lessons' example cells
+
+
+def _box(head: str, body: list[str], foot: list[str]) -> str:
+    lines = [head, *body, *foot]
+    width = max(len(line) for line in lines) + 2
+    strong, thin = "+" + "=" * width + "+", "+" + "-" * width + "+"
+
+    def rows(part: list[str]) -> list[str]:
+        return [f"| {line:<{width - 2}} |" for line in part]
+
+    middle = [*rows(body), thin] if body else []
+    return "\n".join([strong, *rows([head]), thin, *middle, *rows(foot), strong])
+
+
+def _raised_in(error: BaseException, functions: Sequence[Callable]) -> str | None:
+    """The name of the innermost of ``functions`` whose code the error was raised through, or None."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        for fn in functions:
+            if tb.tb_frame.f_code in _codes(fn):
+                found = _name(fn)
+        tb = tb.tb_next
+    return found
+
+
+def _failing(names: list[str]) -> list[str]:
+    """Those of ``names`` whose visible checks, run in this session, did not all pass."""
+    return [n for n in names if any(name == n and outcome != "pass" for name, outcome, _ in CHECKS.values())]
+
+
+def demo_box(functions: Sequence[Callable], error: BaseException) -> str:
+    """What a lesson's example cell shows when it fails: which function, the error, and that the rest runs."""
+    names = [_name(fn) for fn in functions]
+    stub = stub_name(error)
+    if stub is not None:
+        return _box(
+            f"not done yet: `{stub}` is still a stub.",
+            [],
+            _wrapped(
+                f"This cell runs your `{stub}`: implement it, then run this cell again. The cells below still run."
+            ),
+        )
+    culprit = _raised_in(error, functions)
+    failing = _failing(names)
+    if culprit in failing or (culprit and not failing):
+        blamed = [culprit]
+    else:  # raised in code of the cell's, or in a function whose checks pass, on what a failing one returned
+        culprit, blamed = None, failing or names
+    which = " or ".join(f"`{n}`" for n in blamed)
+    head = (
+        f"EXAMPLE STOPPED: your {which} raised an error"
+        if culprit
+        else f"EXAMPLE STOPPED: this cell could not use what your {which} returned"
+    )
+    first = str(error).splitlines()[0] if str(error) else ""
+    body = _wrapped(f"{type(error).__name__}: {first}"[: 4 * BOX_WIDTH])
+    where = _where_raised(error)
+    if where:
+        body += _wrapped(where)
+    if isinstance(error, NameError):
+        body += _wrapped("(A cell above that runs your functions stopped before it defined this name.)")
+    foot = _wrapped(
+        f"This cell will work once {which} is fixed; its checks say what is wrong. The cells below still run."
+    )
+    return _box(head, body, foot)
+
+
+@contextlib.contextmanager
+def demo(*functions: Callable) -> Iterator[None]:
+    """Run a lesson's example that uses your ``functions``; if it fails, say which one, and go on.
+
+    In a student's session an error inside the block is shown in a short box that names the function
+    (the one it was raised in, or the one whose result the cell could not use), and the cells below
+    still run. While a notebook is graded the error is raised, as it always was. Also a decorator:
+    ``@demo(kv_cache_step)`` reports every call of a slider's function the same way.
+    """
+    try:
+        yield
+    except Exception as error:
+        if graded():
+            raise
+        print(demo_box(functions, error))
 
 
 def where_you_stand(*exercises: str) -> None:

@@ -81,6 +81,33 @@ def milk() -> Example:
 
 
 @dataclass(frozen=True)
+class Source:
+    """A source sentence for cross-attention: its tokens, the token of the target each one translates,
+    and its encoder rows. Shapes: X (T_enc, d_model)."""
+
+    tokens: list[str]
+    translates: list[str]
+    X: torch.Tensor
+
+
+def milk_source(length: float = 4.0) -> Source:
+    """私はカップに牛乳を注いだ, the Japanese of "i poured milk into the cup", as 4 encoder rows (d_model = 6).
+
+    Built, not drawn: the key of each source token (its row times the milk example's W_k) points along the
+    query of the English token it translates (``translates``), with the given length, so that this query
+    scores it above every other source token. X = K_goal W_k^-1, computed in float64.
+    """
+    m = milk()
+    tokens = ["watashi-wa", "kappu-ni", "gyuunyuu-o", "sosoida"]
+    translates = ["i", "cup", "milk", "poured"]
+    Q = m.X.double() @ m.W_q.double()  # (6, d_k): the English queries
+    goal = torch.stack([Q[m.tokens.index(t)] for t in translates])  # (4, d_k)
+    goal = length * goal / goal.norm(dim=-1, keepdim=True)
+    X = goal @ torch.linalg.inv(m.W_k.double())  # (4, d_model): rows whose keys are the goal
+    return Source(tokens, translates, X.float())
+
+
+@dataclass(frozen=True)
 class SoftDictionary:
     """Keys are directions, values are (red, green) amounts; plain Python lists."""
 

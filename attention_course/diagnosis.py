@@ -172,7 +172,7 @@ def _visible_inputs() -> dict[str, list[tuple[str, tuple, dict]]]:
     )
     g70 = torch.Generator().manual_seed(70)
     Q_r, K_r, V_r = (torch.randn(2, 3, 6, d, generator=g70) for d in (8, 8, 4))
-    X_enc = torch.randn(4, 6, generator=torch.Generator().manual_seed(4))
+    X_enc = data.milk_source().X
     return {
         "project": [
             ("'I love cats'", (X, W_q, W_k, W_v), {}),
@@ -236,6 +236,11 @@ def _visible_inputs() -> dict[str, list[tuple[str, tuple, dict]]]:
         ],
         "cross_attention": [
             ("6 decoder rows, 4 encoder rows", (milk.X, X_enc, milk.W_q, milk.W_k, milk.W_v), {}),
+            (
+                "a batch of 2, d_v = 2",
+                (milk.X.expand(2, 6, 6), X_enc.expand(2, 4, 6), milk.W_q, milk.W_k, milk.W_v[:, :2]),
+                {},
+            ),
         ],
     }
 

@@ -12,6 +12,9 @@ picture (computation, figure update, PNG, widget state) in two phases:
   has never shown;
 - **repeat visits**: the same events again on that explorer, settings it has shown.
 
+A click explorer's first event is its very first click (control "1st click": in the first
+visits, the click that meets every cold cache), then clicks on other cells ("cell").
+
 In the same run the same events, control for control, drive a naive version:
 ``ipywidgets.interactive`` over the same controls (run with its "manual" option, so
 one event is one call whether it sets one value or, like a preset button, several)
@@ -208,6 +211,49 @@ def naive_explainer(matrix, i, j, follow):
     plt.show()
     print("\n".join(stages.explain_row(st, follow)))
     print(stages.explain_cell(st, matrix, i, j).text)
+
+
+def naive_pipeline(stage, i, j, query, earlier):
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    from attention_course.explorers import pipeline
+    from attention_course.explorers.drawing import _cmap_with_bad
+    from attention_course.explorers.numeric import fmt
+
+    st = NAIVE["pipeline"]
+    cell = (stage, i if stage in ("X", "K", "V") else query, j)
+    direct, before = pipeline.sources(st, cell)
+    lit = {c: "direct" for c in direct} | ({c: "earlier" for c in before} if earlier else {})
+    lit[cell] = "chosen"
+    names = pipeline.stage_names(st)
+    fig, axes = plt.subplots(3, 3, figsize=(9.6, 7.2), dpi=80)
+    for ax in axes.flat[len(names) :]:
+        ax.set_axis_off()
+    for ax, s in zip(axes.flat, names):
+        full = s in ("X", "K", "V")
+        rows = list(range(st.T)) if full else [query]
+        M = pipeline.matrix(st, s)[rows].numpy()
+        ax.imshow(np.ma.masked_invalid(M), cmap=_cmap_with_bad(), aspect="auto")
+        for r in range(M.shape[0]):
+            for c in range(M.shape[1]):
+                ax.text(c, r, fmt(M[r, c], 2), ha="center", va="center", color="white", fontsize=8)
+        for (s2, r, c), how in lit.items():
+            if s2 == s and r in rows:
+                style = {"chosen": ("black", "-"), "direct": ("#E69F00", "-"), "earlier": ("#E69F00", "--")}[
+                    how
+                ]
+                ax.add_patch(
+                    Rectangle(
+                        (c - 0.5, rows.index(r) - 0.5), 1, 1, fill=False, ec=style[0], ls=style[1], lw=2
+                    )
+                )
+        ax.set_title(pipeline.TITLES[s], fontsize=9)
+        ax.set_xticks(range(M.shape[1]), pipeline.columns(st, s), rotation=30, fontsize=7)
+        ax.set_yticks(range(len(rows)), [st.label(r) for r in rows], fontsize=7)
+    plt.show()
+    print(pipeline.explain(st, cell).text)
 
 
 def _matrices_figure(st, follow: int | None = None):
@@ -421,6 +467,52 @@ def explainer_setup(n: int):
     return ours, lambda e: naive.event(e.values), order
 
 
+def pipeline_setup(n: int):
+    import ipywidgets as W
+
+    from attention_course.explorers import pipeline, pipeline_view, stages
+
+    ex = pipeline_view()  # "The cat sat on the", causal, on the query it starts on
+    T = ex.st.T
+    query = ex.query
+
+    def ours(e: Event) -> Callable:
+        if e.control in ("1st click", "cell"):
+            v = e.values
+            return ex.buttons[(v["stage"], v["i"] if v["stage"] in ("X", "K", "V") else 0, v["j"])].click
+        if e.control == "earlier":
+            return lambda: setattr(ex.controls["earlier"], "value", e.values["earlier"])
+        return lambda: setattr(ex.controls["query"], "value", e.values["query"])
+
+    # Every cell a student can click (the row stages in the query's row), spread over the stages; the
+    # first one is the explorer's first click of all (nothing it shows has been worked out on click yet).
+    shown = [(stage, i, j) for (stage, i, j) in ex.buttons if (stage, i, j) != ("A", 0, ex.selected[2])]
+    picks = list(dict.fromkeys(spread([shown[(7 * k + 3) % len(shown)] for k in range(len(shown))], n + 1)))
+    cells = [
+        Event("cell", {"stage": s, "i": i if s in ("X", "K", "V") else query, "j": j}) for s, i, j in picks
+    ]
+    cells[0].control = "1st click"
+    events = cells[:1] + _interleave(
+        cells[1:]
+        + [Event("query", {"query": q}) for q in spread([q for q in range(T) if q != query] + [query], n)]
+        + (
+            [Event("earlier", {"earlier": k % 2 == 0}) for k in range(min(n, 6))]
+            if "earlier" in ex.controls
+            else []
+        )
+    )
+    NAIVE["pipeline"] = stages.example_stages("cat_sat")
+    naive = Naive(
+        naive_pipeline,
+        stage=W.Dropdown(options=list(pipeline.stage_names(NAIVE["pipeline"])), value="A"),
+        i=W.IntSlider(query, 0, T - 1),
+        j=W.IntSlider(0, 0, max(len(pipeline.columns(NAIVE["pipeline"], s)) for s in ex.stage_names) - 1),
+        query=W.IntSlider(query, 0, T - 1),
+        earlier=W.Checkbox(False),
+    )
+    return ours, lambda e: naive.event(e.values), events
+
+
 def _interleave(events: list[Event]) -> list[Event]:
     """Mix the controls' events (as a student moves from one control to another), keeping each one's order."""
     by: dict[str, list[Event]] = {}
@@ -439,6 +531,7 @@ RUNS = {
     "sharpness (05)": sharpness_setup,
     "stage stepper (07)": stage_setup,
     "cell explainer (cat sat)": explainer_setup,
+    "pipeline view (cat sat)": pipeline_setup,
 }
 
 

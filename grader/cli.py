@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "release":
-        from grader.classroom import release
+        from grader.instructor import release
 
         path, problems, written = release.release(out=args.out, build=not args.no_build)
         for p in written:
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "collect":
-        from grader.classroom import collect
+        from grader.instructor import collect
 
         report = collect.collect(
             args.export, roster=args.roster, lesson_ids=args.lessons, dry_run=args.dry_run
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if summary.failed else 0
 
     if args.command == "feedback":
-        from grader.classroom import feedback
+        from grader.instructor import feedback
 
         results = feedback.generate(args.lessons or None, args.students, workers=args.workers)
         bad = [r for r in results if "error" in r]
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
 
     if args.command == "export":
-        from grader.classroom import report
+        from grader.instructor import report
 
         paths = report.export(args.out, roster=args.roster)
         rep = paths.pop("report_data")

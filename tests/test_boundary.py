@@ -13,7 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,6 +172,169 @@ def test_one_notebook_cannot_reach_the_fork_server_or_the_notebooks_after_it(
     assert "SHM []" in said and "RUNS False" in said and "matplotlibrc" not in said, said
     if os.geteuid() == 0:  # each notebook a user of its own: no process or file of one is the other's
         assert users and users != re.findall(r"USER (\d+)", said), (users, said)
+
+
+@needs_seal
+def test_a_notebook_sees_only_its_own_folders_of_the_seals_area(kernel_settings, sealed_fork_server):
+    """Another job's notebook and pipes lie in the same area: the kernel lists only its own folders
+    there, cannot open the other job's file by its path, and no relative path from its working
+    folder leads to what is covered."""
+    area = Path(sealed_fork_server.sealed_area)
+    other = area / "job-other"
+    other.mkdir(exist_ok=True)
+    (other / "graded.ipynb").write_text("SECRET-OF-ANOTHER-JOB")
+    (area / "pipes").mkdir(exist_ok=True)
+    cell = f"""
+import os
+area = {str(area)!r}
+print("AREA", sorted(os.listdir(area)))
+print("PARENT", sorted(os.listdir("..")))
+for path in (area + "/job-other/graded.ipynb", "../job-other/graded.ipynb"):
+    try:
+        print("READ", open(path).read())
+    except OSError as e:
+        print("REFUSED", type(e).__name__)
+open("mine.txt", "w").write("written")
+print("OWN", open("mine.txt").read())
+"""
+    nb = _run([cell], area, kernel_settings, sealed_fork_server)
+    said = _texts(nb)
+    listed = re.search(r"AREA \[(.*)\]", said)
+    assert listed, said
+    names = {n.strip(" '") for n in listed.group(1).split(",") if n.strip()}
+    assert names and all(n.startswith(("job-", "kernel-")) for n in names), said
+    assert "job-other" not in names and "pipes" not in names, said
+    assert "job-other" not in said.split("PARENT", 1)[1].split("\n", 1)[0], said
+    assert "SECRET-OF-ANOTHER-JOB" not in said and said.count("REFUSED FileNotFoundError") == 2, said
+    assert "OWN written" in said, said
+    assert (other / "graded.ipynb").read_text() == "SECRET-OF-ANOTHER-JOB"
+
+
+_ZOMBIES = r"""
+import os, subprocess, time
+# each shell starts a child and leaves at once: the child, orphaned, is process 1's to reap
+for _ in range(5):
+    subprocess.run(["/bin/sh", "-c", "sleep 0.05 &"], check=True)
+time.sleep(1.0)
+def state(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+print("ZOMBIES", sum(state(p) == "Z" for p in os.listdir("/proc") if p.isdigit()))
+"""
+
+
+@needs_seal
+def test_processes_a_student_orphans_are_reaped_inside_the_notebook(kernel_settings, sealed_fork_server):
+    """Process 1 of a notebook's namespace reaps the orphans its processes leave: none stays a zombie
+    (each would count against the notebook's process limit until the notebook ends)."""
+    nb = _run([_ZOMBIES], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
+    said = _texts(nb)
+    assert "ZOMBIES 0" in said, said
+
+
+_MEMORY_HOGS = r"""
+import subprocess, sys
+print("CGROUP", open("/proc/self/cgroup").read().replace(chr(10), " "))
+hog = "x = b'1' * (900 * 2**20); import time; print('held', flush=True); time.sleep(3)"
+children = [subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+print("HELD", sum(c.communicate()[0].count("held") for c in children))
+"""
+
+
+@needs_seal
+def test_the_memory_cap_holds_for_all_of_a_notebooks_processes_together(kernel_settings, sealed_fork_server):
+    """Three processes of 900 MB each, under a 2 GiB cap that each of them alone stays below: where
+    the worker can make cgroups, the notebook's cgroup holds them to the cap together (not all three
+    live), and each notebook's cgroup is its own."""
+    made = boundary.make_cgroups()
+    boundary.remove_cgroups(made)
+    if not made:
+        pytest.skip("this machine gives the grading process no cgroup of its own to divide")
+    kernel_settings.memory = 2 * 2**30
+    nb = _run([_MEMORY_HOGS], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
+    said = _texts(nb)
+    assert sealed_fork_server.cgroups, "the worker made no cgroup folders where it may"
+    assert "/notebook-" in said, said
+    held = re.search(r"HELD (\d)", said)
+    assert held and int(held.group(1)) < 3, said
+    again = _run(
+        ["print('CGROUP', open('/proc/self/cgroup').read().replace(chr(10), ' '))"],
+        Path(sealed_fork_server.sealed_area),
+        kernel_settings,
+        sealed_fork_server,
+    )
+    first = set(re.findall(r"notebook-[0-9a-f]+", said))
+    second = set(re.findall(r"notebook-[0-9a-f]+", _texts(again)))
+    assert first and second and not first & second, (said, _texts(again))
+
+
+_SPINNERS = r"""
+import os, subprocess, sys
+print("CGROUP FILES", sorted(os.listdir("/sys/fs/cgroup")))
+# four processes that spin for 2 s each in sessions of their own (no scheduler group holds them
+# together), and say how much CPU time they got
+spin = "import os, time\nend = time.monotonic() + 2\nwhile time.monotonic() < end: pass\nt = os.times()\nprint(t.user + t.system)"
+procs = [subprocess.Popen(["setsid", sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+print("CORES USED", round(sum(float(p.communicate()[0]) for p in procs) / 2, 2))
+"""
+
+
+@needs_seal
+def test_a_notebook_uses_no_more_cores_than_its_threads(kernel_settings, sealed_fork_server):
+    """Spinning processes of one notebook share the cores it was given (one here), so a classmate
+    graded at the same time keeps the rest; the cgroup files of other notebooks are not shown."""
+    made = boundary.make_cgroups()
+    boundary.remove_cgroups(made)
+    if not any("cpu" in held for _, held in boundary._cgroup_parents()) or not made:
+        pytest.skip("this machine gives the grading process no CPU cgroup of its own to divide")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: a quota of one core holds nothing back")
+    kernel_settings.threads = 1
+    nb = _run([_SPINNERS], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
+    said = _texts(nb)
+    used = re.search(r"CORES USED ([0-9.]+)", said)
+    assert used and float(used.group(1)) <= 1.15, said
+    assert "CGROUP FILES []" in said, said
+
+
+_SANDBOX_LOOKS = """
+import os
+def _sees_the_job():
+    # in the sandbox (its folder is the job's scratch) anything else of the job is a leak
+    return os.path.basename(os.getcwd()) == "scratch" and {condition}
+if _sees_the_job():
+    def project(X, W_q, W_k, W_v):
+        return X @ W_q * 0, X @ W_k * 0, X @ W_v * 0
+"""
+
+
+@needs_seal
+@pytest.mark.parametrize(
+    "condition, full_marks",
+    [
+        # the red team's route to the submitted notebook: up from the scratch folder
+        ("sorted(os.listdir('..')) != ['scratch']", True),
+        ("any(os.path.exists(p) for p in ('../autograded', '../pipes', '../tmp', '../kernel.log'))", True),
+        # the control: a sandbox that always sabotages loses the marks, so the two above are seen
+        ("True", False),
+    ],
+)
+def test_the_sandbox_sees_nothing_of_its_job_but_its_scratch(gradebook, condition, full_marks):
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = _correct_notebook()
+    answer = next(i for i, c in enumerate(nb.cells) if c.get("id") == "ex01_project")
+    nb.cells.insert(answer + 1, nbformat.v4.new_code_cell(_SANDBOX_LOOKS.format(condition=condition)))
+    result = grade_job(
+        Job("curious_cat", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+    )
+    assert result.error is None, result.error
+    assert result.isolation == "sealed"
+    scores = [(c.grade_id, c.score, c.message) for c in result.cells]
+    assert (result.score == result.max_score) is full_marks, scores
 
 
 @needs_seal
@@ -369,3 +536,116 @@ def test_a_subclass_unwrapped_for_speed_is_not_flagged():
 
     code = "import torch\nwith torch._C.DisableTorchFunctionSubclass():\n    x = torch.ones(2)"
     assert tamper_scan.scan([code]) == []
+
+
+def _as_nobody(argv: list[str], home: Path, timeout: float) -> subprocess.CompletedProcess:
+    """Run argv in the course folder as an ordinary user (nobody), with a home of its own."""
+    env = {
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "MPLCONFIGDIR": str(home / "mpl"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
+    who = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run(
+        who + argv, cwd=course.ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@needs_seal
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
+def test_the_boundary_holds_where_grading_does_not_run_as_root():
+    """Grading run by an ordinary user (a JupyterHub server, a laptop): each child makes its namespaces
+    itself, in a user namespace of that user. Every attack above is tried again that way, and all
+    hold (the memory test is skipped there: an ordinary user gets no cgroup to divide)."""
+    home = Path(tempfile.mkdtemp(prefix="boundary-nobody-"))
+    os.chmod(home, 0o777)
+    try:
+        can = _as_nobody([sys.executable, "-c", "import grader, torch"], home, 120)
+        if can.returncode != 0:
+            pytest.skip(f"the course cannot be read by an ordinary user here: {can.stderr[-300:]}")
+        if _as_nobody(["unshare", "--user", "true"], home, 30).returncode != 0:
+            pytest.skip("ordinary users may not make user namespaces on this machine")
+        tests = [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider", __file__]
+        done = _as_nobody(tests + ["-k", "not does_not_run_as_root", "-rs"], home, 900)
+        said = done.stdout[-4000:] + done.stderr[-2000:]
+        assert done.returncode == 0, said
+        assert re.search(r"\b1[0-9] passed", said) and "failed" not in said, said
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+_FILL_THE_DISK = r"""
+import os, subprocess
+made = 0
+for i in range(8):  # 2 GB in files of 256 MB, each below the file-size limit
+    done = subprocess.run(["fallocate", "-l", "256M", f"big{i}"], capture_output=True, text=True)
+    made += done.returncode == 0
+print("MADE", made)
+"""
+
+
+@needs_seal
+@pytest.mark.skipif(os.geteuid() != 0, reason="only where grading runs as root is the area in memory")
+def test_a_notebook_cannot_fill_the_machines_disk(kernel_settings):
+    """Where grading runs as root, a worker's area is a file system in memory of its own: a notebook
+    that writes 2 GB in files each under the size limit is stopped at the area's size, and the
+    machine's disk does not move."""
+    from grader.classroom import servers
+
+    if not shutil.which("fallocate"):
+        pytest.skip("no fallocate here")
+    area = servers.sealed_area()
+    if not os.path.ismount(area):
+        pytest.skip("this machine may not mount a file system for the area")
+    disk = shutil.disk_usage(tempfile.gettempdir()).used
+    server = ForkServer(kernels.kernel_env(None), sealed_area=area)
+    try:
+        nb = _run([_FILL_THE_DISK], Path(area), kernel_settings, server)
+    finally:
+        server.close()
+    said = _texts(nb)
+    made = re.search(r"MADE (\d)", said)
+    assert made and int(made.group(1)) <= servers.AREA_BYTES // (256 << 20), said
+    assert shutil.disk_usage(tempfile.gettempdir()).used - disk < 256 << 20
+
+
+_DEEP_TREE = (
+    _FORK_EXEC
+    + r"""
+import time
+_shell("i=0; while [ $i -lt 3000 ]; do mkdir d && cd d || break; i=$((i+1)); done")
+time.sleep(6)
+"""
+)
+
+
+@needs_seal
+def test_a_tree_thousands_of_folders_deep_costs_its_notebook_not_the_run(gradebook):
+    """A folder tree 3,000 deep, left in the job's folder: the job ends as a job does, its folder is
+    removed, and the next classmate of the same worker keeps full marks."""
+    from grader.classroom import servers
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = _correct_notebook()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(_DEEP_TREE))
+    jobs = set(Path(servers.sealed_area()).glob("job-*"))
+    deep = grade_job(
+        Job("deep_dora", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+    )
+    assert deep.error is None, deep.error
+    assert set(Path(servers.sealed_area()).glob("job-*")) <= jobs, "the job's folder was left"
+    victim = grade_job(
+        Job(
+            "next_ned",
+            LESSON,
+            nbformat.writes(_correct_notebook()).encode(),
+            template,
+            options=Options(timeout=30),
+        )
+    )
+    assert victim.error is None, victim.error
+    assert victim.score == victim.max_score, [(c.grade_id, c.score, c.message) for c in victim.cells]

@@ -49,7 +49,17 @@ def _explorer_names() -> list[str]:
     return list(explorers.__all__)
 
 
-EXPLORER_CALL = re.compile(r"\s*(\w+\.)*(" + "|".join(_explorer_names()) + r")\(")
+EXPLORER_CALL = re.compile(r"(?<![\w.])(\w+\.)*(" + "|".join(_explorer_names()) + r")\(")
+
+
+def _explorer_calls(path: Path) -> int:
+    """How many code cells of a notebook show an explorer: each calls one, as its last line or inside
+    ``display(...)`` (a lesson may wrap it, e.g. ``with demo(f): display(explorer(f))``)."""
+    return sum(
+        bool(EXPLORER_CALL.search(c.source))
+        for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code"
+    )
 
 
 def lessons_with_explorers() -> list[Path]:
@@ -488,11 +498,7 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
         idle = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
         page.wait_for_function(idle)  # the kernel is up
         _run_all(page)
-        expected = sum(
-            bool(EXPLORER_CALL.match(c.source.strip().splitlines()[-1]))
-            for c in nbformat.read(target, as_version=4).cells
-            if c.cell_type == "code" and c.source.strip()
-        )
+        expected = _explorer_calls(target)
         page.wait_for_function(
             "n => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ac-explorer').length >= n",
             arg=max(1, expected),
@@ -547,14 +553,6 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
 
 
 LESSONS = [pytest.param(p, id=p.parent.name) for p in lessons_with_explorers()]
-
-
-def _explorer_calls(path: Path) -> int:
-    return sum(
-        bool(EXPLORER_CALL.match(c.source.strip().splitlines()[-1]))
-        for c in nbformat.read(path, as_version=4).cells
-        if c.cell_type == "code" and c.source.strip()
-    )
 
 
 @pytest.mark.parametrize("notebook", LESSONS)

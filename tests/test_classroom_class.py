@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from grader import course
-from grader.classroom import feedback, grading, lessons, release, report
+from grader.classroom import grading, lessons
+from grader.instructor import feedback, release, report
 from tests.class_sim import spec
 
 pytestmark = pytest.mark.slow

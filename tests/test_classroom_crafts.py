@@ -17,7 +17,8 @@ import sqlite3
 import pytest
 
 from grader import course
-from grader.classroom import feedback, grading, lessons, report
+from grader.classroom import grading, lessons
+from grader.instructor import feedback, report
 from tests.class_sim import crafts, spec
 
 pytestmark = pytest.mark.slow

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from grader import course
-from grader.classroom import collect, executors, feedback, grading, lessons, report, tamper_scan
+from grader.classroom import executors, grading, lessons, tamper_scan
 from grader.classroom.progress import Progress
+from grader.classroom.proxies import decode, rebuild_error
 from grader.classroom.sandbox import plain
-from grader.classroom.trusted import decode, plan, rebuild_error
+from grader.classroom.trusted import plan
+from grader.instructor import collect, feedback, report
 from tests.procs import running
 
 # ------------------------------------------------------------------ static signs of tampering

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.classroom import collect
+from grader.instructor import collect, uploads
 
 LESSON = "05_softmax"
 MB = 2**20
@@ -260,10 +260,10 @@ def test_the_size_cap_is_counted_while_reading_not_taken_from_a_header():
             return bytes(n)
 
     src, sink = Endless(), io.BytesIO()
-    budget = collect.Budget(collect.MAX_TOTAL_BYTES, "over")
-    with pytest.raises(collect.TooLarge, match="larger than 50 MB uncompressed"):
-        collect.copy_capped(src, sink, collect.MAX_MEMBER_BYTES, budget)
-    assert src.read_so_far <= collect.MAX_MEMBER_BYTES + collect.CHUNK
+    budget = uploads.Budget(uploads.MAX_TOTAL_BYTES, "over")
+    with pytest.raises(uploads.TooLarge, match="larger than 50 MB uncompressed"):
+        uploads.copy_capped(src, sink, uploads.MAX_MEMBER_BYTES, budget)
+    assert src.read_so_far <= uploads.MAX_MEMBER_BYTES + uploads.CHUNK
 
 
 # Peak memory is measured in a fresh process: tracemalloc for what Python allocates, and the
@@ -272,7 +272,7 @@ BOMB_SCRIPT = """
 import json, os, sys, tracemalloc
 from pathlib import Path
 tracemalloc.start()
-from grader.classroom import collect
+from grader.instructor import collect
 rep = collect.collect(Path(sys.argv[1]), lesson_ids=["05_softmax"], dest_root=Path(sys.argv[2]))
 status = Path("/proc/self/status")
 hwm = [int(line.split()[1]) / 1024 for line in status.read_text().splitlines() if line.startswith("VmHWM")]
@@ -327,7 +327,7 @@ def test_zip_bombs_are_reported_and_the_class_still_collected_in_little_memory(t
 
 
 def test_the_whole_export_is_capped_and_plain_files_are_read_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(collect, "MAX_TOTAL_BYTES", 1 * MB)
+    monkeypatch.setattr(uploads, "MAX_TOTAL_BYTES", 1 * MB)
     big = b" " * (600 * 1024)
     rep, dest = run(
         tmp_path,

@@ -15,7 +15,8 @@ import nbformat
 import pytest
 
 from grader import course
-from grader.classroom import escape, feedback, grading, report
+from grader.classroom import grading
+from grader.instructor import escape, feedback, report
 
 LESSON = "01_projection"
 RELEASE = course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb"
@@ -195,7 +196,7 @@ def test_the_course_config_reaches_the_sanitiser_for_plain_nbgrader():
     ScrubTracebacks, one of them, escapes the student's content."""
     config = (course.ROOT / "nbgrader_config.py").read_text()
     listed = config.split("c.GenerateFeedback.preprocessors = [", 1)[1].split("]", 1)[0]
-    assert "grader.classroom.feedback.ScrubTracebacks" in listed
+    assert "grader.instructor.feedback.ScrubTracebacks" in listed
     nb, _ = feedback.ScrubTracebacks().preprocess(graded_notebook(), _resources())
     assert not any("text/html" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
 
@@ -294,14 +295,14 @@ def test_the_sanitiser_keeps_the_release_and_runs_twice_to_the_same_notebook(wor
 
 def test_the_formgrader_view_with_the_sanitiser_configured(work):
     """What the formgrader shows: nbgrader's formgrade template, with the sanitiser as
-    ``c.HTMLExporter.preprocessors = ["grader.classroom.feedback.EscapeStudentContent"]``."""
+    ``c.HTMLExporter.preprocessors = ["grader.instructor.feedback.EscapeStudentContent"]``."""
     from nbconvert.exporters import HTMLExporter
     from traitlets.config import Config
 
     c = Config()
     c.HTMLExporter.template_name = "formgrade"
     c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES)]
-    c.HTMLExporter.preprocessors = ["grader.classroom.feedback.EscapeStudentContent"]
+    c.HTMLExporter.preprocessors = ["grader.instructor.feedback.EscapeStudentContent"]
     resources = {
         "assignment_id": LESSON,
         "notebook_id": LESSON,
@@ -465,13 +466,13 @@ def test_every_csv_of_the_export_quotes_formulas_and_keeps_numbers(work):
 
 
 def test_plain_nbgrader_export_with_the_safe_plugin(work):
-    """``c.ExportApp.plugin_class = "grader.classroom.report.SafeCsvExport"``: nbgrader's columns,
+    """``c.ExportApp.plugin_class = "grader.instructor.report.SafeCsvExport"``: nbgrader's columns,
     a comma in a name stays in its cell, a formula is quoted."""
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
     from traitlets.utils.importstring import import_item
 
-    plugin_class = import_item("grader.classroom.report.SafeCsvExport")
+    plugin_class = import_item("grader.instructor.report.SafeCsvExport")
     assert issubclass(plugin_class, CsvExportPlugin)
     with Gradebook(grading.gradebook_url(), "attention-step-by-step") as gb:
         gb.add_assignment(LESSON)

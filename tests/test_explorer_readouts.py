@@ -314,7 +314,7 @@ def test_tokens_are_numbered_from_0_everywhere_as_in_the_lessons():
     assert [st.label(i) for i in range(st.T)] == ["The(0)", "cat", "sat", "on", "the(4)"]
     assert "Following 'the(4)' (query 4;" in explainer.row_story.value
     assert "'cat' (position 1) is not after 'the(4)' (position 4)" in explainer.explanations[("S", 4, 1)].text
-    pipeline = explorers.pipeline_view()
+    pipeline = explorers.pipeline_view(query=4)
     pipeline.cells[("masked", 4, 1)].click()
     assert "(position 1)" in pipeline.explanation.value and "(position 4)" in pipeline.explanation.value
     masks = explorers.mask_explorer()

@@ -878,3 +878,25 @@ def test_benchmark_script_runs_and_reports_every_explorer():
     assert re.search(r"head dimension.*first\s+scale.*\d+ms", out.stdout), (
         "toggles are timed against the naive"
     )
+
+
+@pytest.mark.slow
+def test_benchmark_times_the_pipeline_views_clicks_first_click_included():
+    out = subprocess.run(
+        [
+            *(sys.executable, "benchmarks/explorers.py", "--events", "3", "--naive-events", "1"),
+            *("--no-fail", "--only", "pipeline"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    for phase in ("first", "repeat"):
+        for control in ("1st click", "cell", "query", "earlier"):
+            line = re.search(rf"pipeline view.*{phase}\s+{control}\s+\d+ \|\s+([\d.]+)ms", out.stdout)
+            assert line, f"no {phase} {control} line:\n{out.stdout}"
+            assert float(line.group(1)) < 100, (
+                f"{phase} {control}: median {line.group(1)} ms, not under 100 ms"
+            )

@@ -234,6 +234,7 @@ def test_pipeline_click_on_a_weight_lights_exactly_the_cells_it_came_from():
 
     ex = pipeline_view()  # "The cat sat on the", causal
     ex.controls["query"].value = 2
+    ex.controls["earlier"].value = True  # the earlier sources are lit on request (see the test below)
     ex.cells[("A", 2, 1)].click()  # A[sat, cat]
     lit = ex.lit
     seen = range(3)  # "sat" sees The, cat, sat
@@ -279,7 +280,7 @@ def test_pipeline_arithmetic_matches_every_cell():
 def test_pipeline_follows_the_query_and_uses_the_students_attention():
     from attention_course.explorers import pipeline_view
 
-    ex = pipeline_view(attention)
+    ex = pipeline_view(attention, query=4)  # the last query (the view starts on one the mask hides keys from)
     assert ex.st.made_by["A"] == "attention"
     ex.cells[("O", 4, 0)].click()
     assert "your <code>attention</code>" in ex.explanation.value or "your `attention`" in ex.explanation.value
@@ -321,3 +322,220 @@ def test_padding_mask_probe_tells_a_working_function_from_a_stub():
     assert choosing.choose("padding_mask", padding_mask).source == "yours"
     assert "differs" not in choosing.choose("padding_mask", padding_mask).note
     assert choosing.choose("padding_mask", stub).source == "stub"
+
+
+# ------------------------------------------- where a click's sources, the mask and a difference show
+
+
+def test_pipeline_starts_on_a_query_whose_row_the_mask_hides_keys_from():
+    from attention_course.explorers import pipeline_view
+
+    ex = pipeline_view()  # "The cat sat on the", causal
+    st = ex.st
+    masked_row = [ex.cells[("masked", ex.query, j)].description for j in range(st.T)]
+    assert "-inf" in masked_row and any(d != "-inf" for d in masked_row), (
+        f"the first picture shows the mask at work: {masked_row}"
+    )
+    assert ex.query != st.T - 1, "the last query sees every key: the mask would look like a no-op there"
+    assert ex.controls["query"].value == ex.query and ex.state.cell[1] == ex.query
+    assert "-inf" in ex.static_html, "the saved copy shows the hidden keys too"
+    # with nothing hidden there is no such row: the last query, as before
+    assert pipeline_view(example="love_cats").query == 2
+    assert pipeline_view(causal=False).query == 4
+
+
+def test_pipeline_lights_the_direct_sources_and_the_earlier_ones_only_on_request():
+    from attention_course.explorers import pipeline_view
+
+    ex = pipeline_view(query=4)  # the last "the": it sees all five keys
+    ex.cells[("A", 4, 1)].click()  # A[the(4), cat]
+    lit = ex.lit
+    assert set(lit.values()) == {"chosen", "direct"}, "no earlier source is lit before it is asked for"
+    assert {c for c, v in lit.items() if v == "direct"} == {("masked", 4, j) for j in range(5)}
+    assert len(lit) == 6, f"a weight lights its five masked scores, not {len(lit) - 1} cells"
+    assert not ex.cells[("X", 0, 0)].layout.border, "X is not lit"
+    assert "solid" in ex.cells[("masked", 4, 0)].layout.border
+    text = ex.explanation.value
+    assert "fed directly by 5 cells; 42 earlier cells feed those, not lit" in text, text
+    toggle = ex.controls["earlier"]
+    assert toggle.description == "earlier sources: HIDDEN" and "ac-off" in toggle._dom_classes
+    toggle.value = True
+    assert toggle.description == "earlier sources: SHOWN" and "ac-on" in toggle._dom_classes
+    assert sum(v == "earlier" for v in ex.lit.values()) == 42
+    assert "dashed" in ex.cells[("X", 0, 0)].layout.border
+    assert "42 earlier cells feed those" in ex.explanation.value and "not lit" not in ex.explanation.value
+    ex.cells[("O", 4, 0)].click()  # the choice stays on for the next click
+    assert "earlier" in ex.lit.values()
+    toggle.value = False
+    assert "earlier" not in ex.lit.values() and not ex.cells[("X", 0, 0)].layout.border
+    assert all("solid" in ex.cells[("V", r, 0)].layout.border for r in range(5)), (
+        "O[the(4)] reads every value row"
+    )
+    ex.controls["query"].value = 0  # O[The(0), thing] reads one value row: the other four go dark
+    assert [bool(ex.cells[("V", r, 0)].layout.border) for r in range(5)] == [True, False, False, False, False]
+
+
+class _Tables(__import__("html.parser").parser.HTMLParser):
+    """Every table of a saved copy: its caption, column headers, row headers and cells, as text."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tables, self._cell, self._caption = [], None, ""
+        self._last_bold = ""
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "div" and "class" in a and a["class"].startswith("ac-static-"):
+            self._caption = a["class"].removeprefix("ac-static-")
+        if tag == "table":
+            self.tables.append({"name": self._caption, "cols": [], "rows": [], "cells": []})
+        if tag in ("th", "td"):
+            self._cell = (tag, a.get("scope", ""), [])
+        if tag == "tr" and self.tables:
+            self.tables[-1]["cells"].append([])
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2].append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td") and self._cell is not None:
+            kind, scope, text = self._cell
+            text = "".join(text).strip()
+            t = self.tables[-1]
+            if kind == "th" and scope == "col":
+                t["cols"].append(text)
+            elif kind == "th" and scope == "row":
+                t["rows"].append(text)
+            elif kind == "td":
+                t["cells"][-1].append(text)
+            self._cell = None
+
+
+def _saved_tables(ex) -> dict:
+    tables = _Tables(ex.static_html).tables
+    return {t["name"]: {**t, "cells": [row for row in t["cells"] if row]} for t in tables}
+
+
+def test_the_saved_copies_name_every_row_and_column_and_show_what_they_say():
+    from attention_course.explorers import cell_explainer, pipeline_view
+    from attention_course.explorers.numeric import fmt
+
+    tokens = ["The(0)", "cat(1)", "sat(2)", "on(3)", "the(4)"]
+    features = ["thing", "action", "small word", "first token"]
+    pipe = pipeline_view()
+    st, q = pipe.st, pipe.query
+    tables = _saved_tables(pipe)
+    assert set(tables) == {"X", "K", "V", "Q", "row-stages", "O"}, sorted(tables)
+    assert tables["X"]["rows"] == tokens and tables["X"]["cols"] == features, (
+        "X is there, rows and columns named"
+    )
+    assert tables["X"]["cells"] == [[fmt(x) for x in row] for row in st.X.tolist()]
+    assert tables["K"]["cols"] == ["d0", "d1"] and tables["V"]["cols"] == features
+    assert tables["Q"]["rows"] == [tokens[q]] and tables["O"]["rows"] == [tokens[q]]
+    stages = tables["row-stages"]
+    assert stages["rows"] == ["raw S", "scaled", "masked", "weights A"] and stages["cols"] == tokens
+    for name, M in zip(stages["rows"], (st.S, st.scaled, st.masked, st.A)):
+        assert stages["cells"][stages["rows"].index(name)] == [fmt(x) for x in M[q].tolist()], name
+    assert "-inf" not in stages["cells"][0], "raw S holds the raw scores, not the masked ones"
+    assert "raw S: the raw scores q . k" in pipe.static_html
+    assert "masked: the scaled scores, -inf where the mask hides the key" in pipe.static_html
+
+    explainer = cell_explainer()
+    tables = _saved_tables(explainer)
+    assert set(tables) == {"X", "Q", "K", "V", "S", "A", "O"}, sorted(tables)
+    for name, t in tables.items():
+        assert t["rows"] == tokens, name
+        assert t["cols"], f"{name} has no column headers"
+    assert tables["S"]["cols"] == tokens and tables["A"]["cols"] == tokens and tables["O"]["cols"] == features
+    assert tables["S"]["cells"] == [[fmt(x) for x in row] for row in explainer.st.masked.tolist()]
+    assert "scaled, masked scores: S / sqrt(d_k), -inf where the mask hides the key" in explainer.static_html
+
+
+def _attention_by_d_k(Q, K, V, mask=None):  # divides by d_k, not sqrt(d_k)
+    S = Q @ K.transpose(-2, -1) / Q.shape[-1]
+    if mask is not None:
+        S = S.masked_fill(~mask, float("-inf"))
+    A = torch.softmax(S, dim=-1)
+    return A @ V, A
+
+
+def _attention_mask_after_softmax(Q, K, V, mask=None):
+    A = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1)
+    if mask is not None:
+        A = A.masked_fill(~mask, 0.0)
+    return A @ V, A
+
+
+def _vermillion_share(png: bytes, ax) -> float:
+    """The share of pixels along the line just above ``ax`` that are vermillion (#D55E00)."""
+    import io
+
+    import numpy as np
+    from matplotlib.image import imread
+
+    pixels = (imread(io.BytesIO(png))[..., :3] * 255).round()
+    box = ax.get_window_extent()
+    row = pixels.shape[0] - round(box.y1 + 0.012 * box.height)
+    xs = range(round(box.x0 + 0.1 * box.width), round(box.x1 - 0.1 * box.width))
+    line = np.array([pixels[r, x] for r in (row - 1, row, row + 1) for x in xs])
+    return float((np.abs(line - [0xD5, 0x5E, 0x00]).max(axis=1) < 40).mean())
+
+
+def test_the_first_stage_that_departs_from_the_lesson_is_framed_in_the_picture():
+    from attention_course import explorers
+
+    stepper = explorers.stage_stepper(attention=_attention_mask_after_softmax, example="cat_sat")
+    assert stepper.departs == 3, "the weights (stage 4) are where this attention first departs"
+    for k in range(1, 6):
+        stepper.controls["stage"].value = k
+        share = _vermillion_share(stepper.image.value, stepper.figure.ax_now)
+        if k == 4:
+            assert share > 0.9, f"stage 4 is not framed in vermillion ({share:.0%} of its top edge)"
+            assert "first differs from the lesson here" in stepper.stage_name.value
+        else:
+            assert share < 0.05, f"stage {k} is framed though it is not where the difference starts"
+    right = explorers.stage_stepper(attention=attention, example="cat_sat")
+    right.controls["stage"].value = 4
+    assert _vermillion_share(right.image.value, right.figure.ax_now) < 0.05
+
+    def framed(widget) -> list[str]:
+        out, todo = [], [widget]
+        while todo:
+            w = todo.pop()
+            if "ac-departs" in getattr(w, "_dom_classes", ()):
+                assert "#D55E00" in (w.layout.border or ""), "a framed stage has a vermillion border"
+                out += [c.removeprefix("ac-grid-") for c in w._dom_classes if c.startswith("ac-grid-")]
+            todo += list(getattr(w, "children", ()))
+        return out
+
+    pipe = explorers.pipeline_view(_attention_by_d_k)
+    assert framed(pipe.widget) == ["A"], "the weights row of the pipeline is framed, and only it"
+    assert "first differs from the lesson: softmax: A" in pipe._titles["table"].value
+    assert framed(explorers.pipeline_view(attention).widget) == []
+    explainer = explorers.cell_explainer(scaled_scores=lambda Q, K: Q @ K.mT / Q.shape[-1])
+    assert framed(explainer.widget) == ["S"], "the explainer frames its (scaled, masked) S"
+    assert "first differs from the lesson here" in _all_html(explainer.widget)
+    assert framed(explorers.cell_explainer(attention=attention).widget) == []
+
+    def zero(S, allowed):  # hidden scores set to 0 instead of -inf
+        return S.masked_fill(~allowed, 0.0)
+
+    masks = explorers.mask_explorer(apply_mask=zero).picture.value
+    assert masks.count("ac-scores ac-departs") == 3 and "ac-causal-panel ac-departs" not in masks
+    inverted = explorers.mask_explorer(causal_mask=lambda T: torch.ones(T, T).triu().bool()).picture.value
+    assert "ac-causal-panel ac-departs" in inverted and "ac-scores ac-departs" not in inverted
+    assert "first differs from the lesson here" in inverted
+    fine = explorers.mask_explorer(causal_mask, padding_mask, apply_mask).picture.value
+    assert "ac-departs" not in fine and "first differs" not in fine
+
+
+def _all_html(widget) -> str:
+    out, todo = [], [widget]
+    while todo:
+        w = todo.pop()
+        if isinstance(getattr(w, "value", None), str):
+            out.append(w.value)
+        todo += list(getattr(w, "children", ()))
+    return "\n".join(out)

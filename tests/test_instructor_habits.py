@@ -22,8 +22,9 @@ import nbformat
 import pytest
 
 from grader import course
-from grader.classroom import collect, feedback, grading, report
+from grader.classroom import grading
 from grader.classroom.jobs import Options
+from grader.instructor import collect, feedback, report
 from tests.nbtools import ROOT, filled, grading_work, solution_sources
 
 pytestmark = pytest.mark.slow

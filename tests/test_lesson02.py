@@ -116,3 +116,23 @@ def test_einsum_gets_full_marks(built_course):
     assert other != right
     result = wrong_versions.assert_full_marks(LESSON, "einsum", {"ex02_scores": other}, built_course)
     assert result["max_score"] == 7
+
+
+def test_the_heat_map_text_says_what_the_random_milk_scores_show():
+    """The explore cell prints each milk query's best-scoring key and where "milk" ranks for "poured",
+    as S_milk has them; the text no longer claims the random matrices know that "poured" asks for "milk"."""
+    from tests.test_lesson07 import run_showing, stdout_of
+
+    nb, values = run_showing(LESSON, {"S": "S_milk", "tokens": "milk.tokens"})
+    S, tokens = values["S"], values["tokens"]
+    shown = stdout_of(nb, "code-24")
+    best = [tokens[max(range(6), key=row.__getitem__)] for row in S]
+    line = "milk sentence, each query's best key: " + ", ".join(f"{q} -> {k}" for q, k in zip(tokens, best))
+    assert line in shown, shown
+    poured = S[tokens.index("poured")]
+    to_milk = poured[tokens.index("milk")]
+    rank = 1 + sum(s > to_milk for s in poured)
+    assert f'"poured" scores "milk" {to_milk:.2f}: rank {rank} of 6 in its row' in shown, shown
+    assert rank > 1, "the random scores do not make 'poured' look for 'milk' (the text says so)"
+    text = next(c for c in nb.cells if c.get("id") == "md-20").source
+    assert "the\nmilk sentence's matrices are random, not trained" in text, text

@@ -3,9 +3,14 @@ through nbgrader: every known mistake loses the hidden points and is named; othe
 
 from __future__ import annotations
 
+import json
+import re
+
+import nbformat
 import pytest
 
 from tests import wrong_versions
+from tests.nbtools import ROOT, run_in_kernel
 from tests.solutions import read_solution
 from tests.tensors import BRIEF_A, BRIEF_O, rounded
 
@@ -130,6 +135,7 @@ cross_answer = wrong_versions.answer_maker(CROSS)
 
 
 NAN_SAFE = "torch.softmax(S, dim=-1).nan_to_num(0.0)"  # a fully hidden row gives zeros (lesson 05)
+SCALED_BY_DV = "the scores are divided by sqrt(d_v) instead of sqrt(d_k)"
 
 # Each submission carries one wrong version of each function it names, so that one autograde run
 # checks several diagnoses: {student: [(answer, expected diagnosis), ...]}.
@@ -169,6 +175,11 @@ WRONG_SUBMISSIONS = wrong_versions.wrong_submissions(
         ],
         "k_q_transposed": [
             (attention_answer(scores="K @ Q.mT / math.sqrt(Q.shape[-1])"), "K Q^T instead of Q K^T"),
+        ],
+        "scaled_by_dv": [
+            (attention_answer(scores="Q @ K.mT / math.sqrt(V.shape[-1])"), SCALED_BY_DV),
+            (self_answer(scale="math.sqrt(V.shape[-1])"), SCALED_BY_DV),
+            (cross_answer(scale="math.sqrt(V.shape[-1])"), SCALED_BY_DV),
         ],
     },
 )
@@ -284,3 +295,52 @@ def test_capstone_checks_attention_alone(student, built_course):
         assert phrase in message, message
     else:  # the function that is wrong loses its own points
         assert grades["test07_self_attention_hidden"][0] == 0, grades
+
+
+# ------------------------------------------- the cross-attention example says what its weights show
+
+
+def run_showing(lesson: str, expressions: dict[str, str]) -> tuple[nbformat.NotebookNode, dict]:
+    """A lesson's solution notebook run in a real kernel: its cells with their outputs, and the values of
+    ``expressions`` read back from the same kernel (tensors as lists)."""
+    path = ROOT / "solutions" / lesson / f"{lesson}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    probe = (
+        "import json as _json\n"
+        f"print('@@VALUES@@' + _json.dumps({{k: (lambda v: v.tolist() if hasattr(v, 'tolist') else v)(eval(e)) "
+        f"for k, e in {expressions!r}.items()}}))"
+    )
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
+    run_in_kernel(nb, path.parent, timeout=300)
+    text = "".join(o.get("text", "") for o in nb.cells.pop().outputs if o.output_type == "stream")
+    return nb, json.loads(text.split("@@VALUES@@", 1)[1])
+
+
+def stdout_of(nb: nbformat.NotebookNode, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.get("id") == cell_id)
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_the_cross_attention_example_says_what_its_weights_show():
+    """Each English token's favourite source token, as printed, is the largest weight of its row of A_cross;
+    the four tokens the text says find their translation do, with most of their weight."""
+    nb, values = run_showing(
+        LESSON,
+        {"A": "A_cross", "rows": "milk.tokens", "columns": "enc_tokens", "translates": "source.translates"},
+    )
+    A, rows, columns = values["A"], values["rows"], values["columns"]
+    printed = re.findall(r"'(\S+)' looks most at '(\S+)' \((\d\.\d\d)\)", stdout_of(nb, "code-19"))
+    assert [token for token, _, _ in printed] == rows, stdout_of(nb, "code-19")
+    for (token, favourite, weight), row in zip(printed, A):
+        j = max(range(len(row)), key=row.__getitem__)
+        assert favourite == columns[j] and weight == f"{row[j]:.2f}", (token, favourite, weight, row)
+    assert columns == ["watashi-wa", "kappu-ni", "gyuunyuu-o", "sosoida"]
+    assert values["translates"] == ["i", "cup", "milk", "poured"]
+    text = next(c for c in nb.cells if c.get("id") == "md-20").source
+    assert text.startswith(
+        '"i", "poured", "milk" and "cup" each look most at the source token that translates'
+    )
+    for english, source in zip(values["translates"], columns):
+        row = A[rows.index(english)]
+        assert max(row) == row[columns.index(source)] > 0.5, (english, source, row)
+    assert all(abs(sum(row) - 1) < 1e-6 for row in A) and len(A) == 6 and len(A[0]) == 4

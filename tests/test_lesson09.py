@@ -237,6 +237,9 @@ TRAP_CODE = {
         "the scores were scaled by sqrt(number of keys) instead of sqrt(d_k)": edit(
             STEP_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(K.shape[-2])")
         ),
+        "the scores were scaled by sqrt(d_v) instead of sqrt(d_k)": edit(
+            STEP_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")
+        ),
     },
     "decode_with_cache": {
         "the causal limit was forgotten: every token saw the whole sequence": edit(
@@ -258,6 +261,9 @@ TRAP_CODE = {
         "only the last step's output was returned": edit(DECODE_OK, ("torch.cat(outs, dim=-2)", "outs[-1]")),
         "the scores were scaled by sqrt(d_model) instead of sqrt(d_k)": edit(
             DECODE_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(X.shape[-1])")
+        ),
+        "the scores were scaled by sqrt(d_v) instead of sqrt(d_k)": edit(
+            DECODE_OK, ("math.sqrt(q.shape[-1])", "math.sqrt(V.shape[-1])")
         ),
     },
     "kv_cache_bytes": {

@@ -295,6 +295,12 @@ WRONG_SUBMISSIONS = wrong_versions.wrong_submissions(
                 "torch.roll wrapped the last token around to position 0",
             ),
         ],
+        "scaled_by_dv": [
+            (
+                head_answer(scale="math.sqrt(V.shape[-1])"),
+                "the scores are divided by sqrt(d_v) instead of sqrt(d_k)",
+            ),
+        ],
     },
 )
 

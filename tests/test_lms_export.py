@@ -1,5 +1,5 @@
 """Exports an LMS imports as they are: Canvas's gradebook import, Moodle's CSV import, and a table of
-every student's every check (grader/classroom/lms_export.py), from a class really graded."""
+every student's every check (grader/instructor/lms_export.py), from a class really graded."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.classroom import grading, lms_export, report
+from grader.classroom import grading
 from grader.classroom.jobs import Options
+from grader.instructor import lms_export, report
 from tests.nbtools import ROOT, filled, grading_work, solution_sources
 
 pytestmark = pytest.mark.slow

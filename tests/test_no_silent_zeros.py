@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.classroom import grading
+from grader.classroom import grades, grading
 from tests.nbtools import ROOT, filled, solution_sources
 from tests.test_seal import needs_seal
 
@@ -104,7 +104,7 @@ def test_the_lessons_own_solution_earns_full_marks_where_the_course_can_grade():
     from grader.classroom import lessons
     from grader.classroom.autograde import Job, Options, grade_job
 
-    template = grading.template() if (grading._db_path()).exists() else None
+    template = grading.template() if (grades._db_path()).exists() else None
     if template is None:
         grading.ensure_gradebook([LESSON])
         template = grading.template()

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from grader import course
-from grader.classroom import autograde
+from grader.classroom import autograde, verdicts
 from tests.nbtools import ROOT, filled, solution_sources, submit
 
 pytestmark = pytest.mark.slow
@@ -136,7 +136,7 @@ def test_a_correct_answer_that_writes_to_stderr_gets_full_marks_and_a_note(grade
         assert not [o for o in cell.outputs if o.get("name") == "stderr"], (grade_id, cell.outputs)
     first = _cell(lesson, "noisy", next(iter(result["grades"])))
     note = _text(first, "stream")
-    assert note.startswith(autograde.STDERR_NOTE), note
+    assert note.startswith(verdicts.STDERR_NOTE), note
     assert "debugging: inside the function" in note and "this is only a warning" in note
     # The raw write to fd 2 costs nothing either (no test cell above has a stderr output). Where its
     # text shows is up to ipykernel, which forwards fd-level writes from a thread of its own: in this
@@ -146,7 +146,7 @@ def test_a_correct_answer_that_writes_to_stderr_gets_full_marks_and_a_note(grade
 def test_a_long_stderr_trace_is_shortened(graded):
     cell = _cell(L5, "noisy", "test05_softmax_values")
     note = _text(cell, "stream")
-    assert note.count("\n") <= autograde.NOTE_LINES + 2 and len(note) <= autograde.NOTE_BYTES + 200
+    assert note.count("\n") <= verdicts.NOTE_LINES + 2 and len(note) <= verdicts.NOTE_BYTES + 200
     assert "more lines)" in note, note
 
 

@@ -282,7 +282,7 @@ def test_background_process_does_not_outlive_the_notebook(
         nb = _run([start], mine, kernel_settings, fork_server)
         assert "'running" in str(nb.cells[0].outputs), nb.cells[0].outputs
         if fork_server is not None:
-            fork_server.reset()  # what a job does when its notebook ends (autograde._kill_kernels)
+            fork_server.reset()  # what a job does when its notebook ends (lifecycle._kill_kernels)
         deadline = time.monotonic() + 5
         while _alive(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -666,7 +666,7 @@ def test_run_without_the_seal_says_not_sealed(gradebook, monkeypatch):
     # the guard alone lets the code see the grading package: the answer that depends on it is wrong
     assert record["score"] < 7
     # the export says so too: in the class report's first lines and in the grades' isolation column
-    from grader.classroom import report
+    from grader.instructor import report
 
     paths = report.export(work / "report-unsealed", only_lessons=[LESSON])
     head = paths["report"].read_text().splitlines()[:4]

@@ -6,16 +6,23 @@ last cell, and "Where you stand" lists the failure. The lessons' stated rules (l
 torch.softmax", lesson 07's "no scaled_dot_product_attention") are watched there too. While a
 notebook is graded, a failing check raises in its cell as it always has.
 
+The lessons' example cells and explorers report the same way (``demo``): with any one function still a
+stub, raising, or returning wrong shapes, Run All reaches the last cell of every lesson. The visible checks
+also see what the lessons' own data cannot (scores divided by sqrt(d_v) where d_k = d_v) and hold every
+function to the rules the lessons state (results keep the inputs' dtype; inputs are not changed in place).
+
 Every test runs a student notebook top to bottom in a real kernel.
 """
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import nbformat
 import pytest
 
+from grader import course
 from tests.class_sim.fair import UNSCALED_ATTENTION
 from tests.nbtools import ROOT, filled, run_in_kernel, solution_sources
 
@@ -371,3 +378,311 @@ def test_a_training_loop_that_never_updates_fails_lesson_10s_visible_check(monke
     assert "the weights never changed" in _stdout(_cell(session, "test10_train_head_runs"))
     right = _run("10_learning", {}, monkeypatch, "autograde")
     assert not _errors(_cell(right, "test10_train_head_runs"))
+
+
+# ------------------------------------------------------------------ one broken function, Run All to the end
+
+# every exercise of every lesson, as (lesson, its answer cell)
+EXERCISE_CELLS = [(lesson, gid) for lesson in course.lessons() for gid in solution_sources(lesson)]
+
+# the three ways one function is broken, the others being the model solutions: still a stub, raising an error
+# of its own, returning every tensor with one column too many (a number as a tensor of two, a list one longer)
+STUB = "def {name}(*args, **kwargs):\n    raise NotImplementedError()\n"
+RAISES = "def {name}(*args, **kwargs):\n    raise ValueError('a bug in {name}')\n"
+MISSHAPEN = """
+
+import torch as _torch
+
+
+def _misshapen(x):
+    if isinstance(x, _torch.Tensor):
+        return _torch.cat([x, x[..., :1]], dim=-1) if x.dim() else x.reshape(1, 1)
+    if isinstance(x, tuple):
+        return tuple(_misshapen(v) for v in x)
+    if isinstance(x, list):
+        return [_misshapen(v) for v in x] + ([_misshapen(x[-1])] if x else [0.0])
+    if isinstance(x, dict):
+        return {{k: _misshapen(v) for k, v in x.items()}}
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return _torch.tensor([x, x])
+    return x
+
+
+_right_{name} = {name}
+
+
+def {name}(*args, **kwargs):
+    return _misshapen(_right_{name}(*args, **kwargs))
+"""
+
+
+def _broken(lesson: str, grade_id: str, kind: str) -> str:
+    name = grade_id.split("_", 1)[1]
+    if kind == "stub":
+        return STUB.format(name=name)
+    if kind == "raises":
+        return RAISES.format(name=name)
+    return solution_sources(lesson)[grade_id] + MISSHAPEN.format(name=name)
+
+
+def _demo_names(source: str) -> set[str]:
+    """The functions a cell's ``demo(...)`` calls name."""
+    return {n.strip() for args in re.findall(r"\bdemo\(([^)]*)\)", source) for n in args.split(",")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["stub", "raises", "misshapen"])
+@pytest.mark.parametrize("lesson, grade_id", EXERCISE_CELLS, ids=[g for _, g in EXERCISE_CELLS])
+def test_one_broken_function_is_reported_and_run_all_reaches_the_last_cell(
+    lesson, grade_id, kind, monkeypatch
+):
+    """One function a stub, raising, or returning wrong shapes, the rest right: no cell stops Run All (the
+    explorers and the summary included), the summary says the function is not done, and each example cell
+    that runs it says in a box which function failed."""
+    name = grade_id.split("_", 1)[1]
+    nb = _run(lesson, {grade_id: _broken(lesson, grade_id, kind)}, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    summary = _summary(nb)
+    if kind == "stub":
+        assert f"[ ] `{name}`: not done yet: still a stub" in summary, summary
+    else:
+        assert f"[ ] `{name}`: FAILED: " in summary, summary
+    shown = "\n".join(_stdout(c) for c in nb.cells)
+    if kind == "raises":
+        assert f"ValueError: a bug in {name}" in shown, f"{lesson}: the error is never shown"
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "from attention_course.explorers import" in cell.source:
+            assert cell.outputs, f"{lesson}:{cell.id}: the explorer showed nothing"
+        examples = cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")
+        if kind == "raises" and examples and name in _demo_names(cell.source):
+            if "from attention_course.explorers import" in cell.source:
+                continue  # an explorer shows its built-in version, and says so in its banner
+            flat = " ".join(_stdout(cell).replace("|", " ").split())
+            assert f"EXAMPLE STOPPED: your `{name}` raised an error" in flat, f"{lesson}:{cell.id}:\n{flat}"
+            assert f"ValueError: a bug in {name}" in flat and "The cells below still run." in flat, flat
+
+
+@pytest.mark.slow
+def test_an_example_cell_reports_a_raising_function_only_in_a_students_session(monkeypatch):
+    """Lesson 06's slider cell with a mix that raises: a box naming mix, then the cells below; graded, the
+    cell raises the error itself, as it always did."""
+    answers = {"ex06_mix": RAISES.format(name="mix")}
+    nb = _run("06_mixing", answers, monkeypatch, grading=None)
+    flat = " ".join(_stdout(_code_cell(nb, "code-21")).replace("|", " ").split())
+    assert "EXAMPLE STOPPED: your `mix` raised an error" in flat, flat
+    assert (
+        "ValueError: a bug in mix" in flat
+        and "Raised in `mix`, at: raise ValueError('a bug in mix')." in flat
+    )
+    assert "This cell will work once `mix` is fixed; its checks say what is wrong." in flat, flat
+    _ran_to_the_end("06_mixing", nb)
+    graded = _run("06_mixing", answers, monkeypatch, grading="autograde")
+    errors = _errors(_code_cell(graded, "code-21"))
+    assert errors and errors[0].ename == "ValueError" and errors[0].evalue == "a bug in mix", errors
+    assert "EXAMPLE STOPPED" not in _stdout(_code_cell(graded, "code-21"))
+
+
+def _code_cell(nb: nbformat.NotebookNode, cell_id: str):
+    return next(c for c in nb.cells if c.get("id") == cell_id)
+
+
+# ------------------------------------------------------------------ sqrt(d_v), dtypes, inputs changed in place
+
+# the scores divided by sqrt(d_v) instead of sqrt(d_k): {lesson: (answers, {check that fails: function},
+# checks on data with d_k = d_v, which cannot see it)}
+SCALED_BY_DV = {
+    "07_one_head": (
+        {
+            "ex07_attention": _code("""
+                def attention(Q, K, V, mask=None):
+                    S = Q @ K.mT / math.sqrt(V.shape[-1])
+                    if mask is not None:
+                        S = S.masked_fill(~mask, float("-inf"))
+                    A = torch.softmax(S, dim=-1).nan_to_num(0.0)
+                    return A @ V, A
+            """),
+            "ex07_self_attention": _code("""
+                def self_attention(X, W_q, W_k, W_v, causal=True):
+                    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+                    S = Q @ K.mT / math.sqrt(V.shape[-1])
+                    if causal:
+                        T = X.shape[-2]
+                        S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+                    return torch.softmax(S, dim=-1) @ V
+            """),
+            "ex07_cross_attention": _code("""
+                def cross_attention(X_dec, X_enc, W_q, W_k, W_v):
+                    Q, K, V = X_dec @ W_q, X_enc @ W_k, X_enc @ W_v
+                    return torch.softmax(Q @ K.mT / math.sqrt(V.shape[-1]), dim=-1) @ V
+            """),
+        },
+        {
+            "test07_attention_sdpa": "attention",
+            "test07_self_attention_hidden": "self_attention",
+            "test07_cross_attention_hidden": "cross_attention",
+        },
+        ["test07_attention_values", "test07_self_attention_values", "test07_cross_attention_shapes"],
+    ),
+    "09_kv_cache": (
+        {
+            "ex09_kv_cache_step": _code("""
+                def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+                    q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
+                    K, V = torch.cat([K_cache, k], dim=-2), torch.cat([V_cache, v], dim=-2)
+                    return torch.softmax(q @ K.mT / math.sqrt(V.shape[-1]), dim=-1) @ V, K, V
+            """)
+        },
+        {"test09_kv_cache_step_hidden": "kv_cache_step"},
+        ["test09_kv_cache_step_shapes", "test09_kv_cache_step_values"],
+    ),
+    "10_learning": (
+        {
+            "ex10_head_forward": _code("""
+                def head_forward(params, X):
+                    Q, K, V = X @ params["W_q"], X @ params["W_k"], X @ params["W_v"]
+                    S = Q @ K.mT / math.sqrt(V.shape[-1])
+                    T = X.shape[-2]
+                    S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+                    A = torch.softmax(S, dim=-1)
+                    return (A @ V) @ params["W_o"], A
+            """)
+        },
+        {"test10_head_forward_hidden": "head_forward"},
+        ["test10_head_forward_shapes", "test10_head_forward_values"],
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", list(SCALED_BY_DV))
+def test_scores_divided_by_sqrt_d_v_fail_a_visible_check(lesson, monkeypatch):
+    """The lesson's own data has d_k = d_v, where sqrt(d_v) gives the right numbers: those checks pass. A check
+    with d_k != d_v fails it before hand-in (and names it in lesson 07, whose visible checks name mistakes)."""
+    answers, failing, blind = SCALED_BY_DV[lesson]
+    nb = _run(lesson, answers, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    for check in blind:
+        assert "FAILED" not in _stdout(_cell(nb, check)), f"{lesson}:{check}:\n{_stdout(_cell(nb, check))}"
+    for check, name in failing.items():
+        flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
+        assert f"FAILED: this check of `{name}`" in flat, f"{lesson}:{check}:\n{flat}"
+        if lesson == "07_one_head":
+            assert "Diagnosis: the scores are divided by sqrt(d_v) instead of sqrt(d_k)." in flat, flat
+        assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+
+
+# a function with the right numbers that breaks a rule the lesson states: (lesson, answers, the check that
+# fails, words of its message, the other checks of the function, which pass)
+RULES = [
+    (
+        "01_projection",
+        {
+            "ex01_project": "def project(X, W_q, W_k, W_v):\n    return tuple((X @ W).double() for W in (W_q, W_k, W_v))\n"
+        },
+        "test01_project_hidden",
+        "project returned a float64 tensor for float32 inputs: results keep the dtype of the inputs",
+        ["test01_project_shapes", "test01_project_values"],
+    ),
+    (
+        "02_scoring",
+        {"ex02_scores": "def scores(Q, K):\n    return (Q @ K.mT).float()\n"},
+        "test02_scores_hidden",
+        "scores returned a float32 tensor for float64 inputs: results keep the dtype of the inputs",
+        ["test02_scores_shapes", "test02_scores_values"],
+    ),
+    (
+        "09_kv_cache",
+        {
+            "ex09_kv_cache_step": _code("""
+                def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+                    q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
+                    K, V = torch.cat([K_cache, k], dim=-2), torch.cat([V_cache, v], dim=-2)
+                    K_cache.zero_()                 # "free" the old cache: it is the caller's tensor
+                    V_cache.zero_()
+                    return torch.softmax(q @ K.mT / math.sqrt(q.shape[-1]), dim=-1) @ V, K, V
+            """)
+        },
+        "test09_kv_cache_step_hidden",
+        "kv_cache_step changed its argument `K_cache` in place",
+        ["test09_kv_cache_step_shapes", "test09_kv_cache_step_values"],
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson, answers, check, words, others", RULES, ids=[r[0] for r in RULES])
+def test_a_broken_dtype_or_in_place_rule_fails_a_visible_check(
+    lesson, answers, check, words, others, monkeypatch
+):
+    """Right numbers, a rule broken (float64 out of float32 in, float32 out of float64 in, the caller's cache
+    changed in place): the visible check of the hidden cell says so, as the hidden check will."""
+    nb = _run(lesson, answers, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    name = next(iter(answers)).split("_", 1)[1]
+    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
+    assert f"FAILED: this check of `{name}`" in flat and words in flat, f"{lesson}:{check}:\n{flat}"
+    for other in others:
+        assert "FAILED" not in _stdout(_cell(nb, other)), f"{lesson}:{other}:\n{_stdout(_cell(nb, other))}"
+    assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+
+
+def test_an_example_cell_names_the_function_whose_result_it_could_not_use(session, capsys, monkeypatch):
+    """A mask of the wrong shape makes the right apply_mask raise: the box blames the mask, whose visible check
+    failed, says where the error was raised, and the cell's next line still runs; graded, the error is raised."""
+    _cell_run(
+        session,
+        """
+        import torch
+        from attention_course.checks import demo, diagnosed, expect_shape
+
+        def causal_mask(T):
+            return torch.ones(T, T + 1, dtype=torch.bool).tril()
+
+        def apply_mask(S, allowed):
+            return S.masked_fill(~allowed, float("-inf"))
+
+        with diagnosed("causal_mask", causal_mask):
+            expect_shape(causal_mask(5), (5, 5), "causal_mask(5)")
+        with demo(causal_mask, apply_mask):
+            apply_mask(torch.zeros(5, 5), causal_mask(5))
+        reached = True
+        """,
+    )
+    flat = " ".join(capsys.readouterr().out.replace("|", " ").split())
+    assert session["reached"], "the cell stopped"
+    assert "EXAMPLE STOPPED: this cell could not use what your `causal_mask` returned" in flat, flat
+    assert "RuntimeError: The size of tensor a (6) must match the size of tensor b (5)" in flat, flat
+    assert "This cell will work once `causal_mask` is fixed; its checks say what is wrong." in flat, flat
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(RuntimeError, match="must match the size"):
+        _cell_run(
+            session, "with demo(causal_mask, apply_mask):\n    apply_mask(torch.zeros(5, 5), causal_mask(5))"
+        )
+    assert capsys.readouterr().out == ""
+
+
+def test_the_rule_helpers_say_which_dtype_and_which_argument():
+    """expect_dtype_follows tries the inputs as given and in float64; expect_inputs_unchanged names the
+    argument changed in place and returns the result; right functions pass both."""
+    import torch
+
+    from attention_course.checks import expect_dtype_follows, expect_inputs_unchanged
+
+    A, V, allowed = torch.rand(2, 3), torch.rand(3, 4), torch.ones(2, 3, dtype=torch.bool)
+    expect_dtype_follows(lambda A, V: A @ V, A, V)
+    for wrong, words in (
+        (lambda A, V: (A @ V).double(), "returned a float64 tensor for float32 inputs"),
+        (lambda A, V: (A @ V).float(), "returned a float32 tensor for float64 inputs"),
+    ):
+        with pytest.raises(AssertionError, match=words):
+            expect_dtype_follows(wrong, A, V)
+
+    def apply_mask(S, allowed):
+        return S.masked_fill_(~allowed, float("-inf"))
+
+    assert expect_inputs_unchanged(lambda S, allowed: S.masked_fill(~allowed, 0.0), A, allowed).shape == (
+        2,
+        3,
+    )
+    with pytest.raises(AssertionError, match="apply_mask changed its argument `S` in place"):
+        expect_inputs_unchanged(apply_mask, A.clone(), ~allowed)

@@ -217,11 +217,13 @@ def pipeline_view(
     softmax: Callable | None = None,
     mix: Callable | None = None,
 ):
-    """Lesson 07: the whole head for one query, X to O side by side; click a cell to see where it came from.
+    """Lesson 07: the whole head for one query, X to O; click a cell to see where it came from.
 
     Every cell of X, Q, K, V and of the query's row of scores, scaled scores, masked
     scores, weights and output is a button: clicking it (or Enter on it) shows its
-    arithmetic and lights up the cells that fed it in every earlier stage.
+    arithmetic and lights up the cells that feed it directly ("earlier sources" lights
+    the ones before those too). ``query``: the row followed; by default one whose keys
+    the mask partly hides.
     """
     from .base import Skipped
 

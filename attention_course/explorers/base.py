@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import html
+import math
 import uuid
 from contextlib import contextmanager
 
@@ -41,9 +42,25 @@ def _view_json(widget) -> dict:
 
 def _pre(text: str, cls: str = "") -> str:
     return (
-        f"<pre class='{cls}' style='margin:2px 0;padding:6px 8px;background:#f6f6f6;border-left:3px solid #0072B2;"
-        "white-space:pre-wrap;font-size:12px;line-height:1.35'>" + html.escape(text, quote=False) + "</pre>"
+        f"<pre class='{cls}' style='margin:2px 0;padding:4px 8px;background:#f6f6f6;border-left:3px solid #0072B2;"
+        "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;font-size:12px;line-height:1.35'>"
+        + html.escape(text, quote=False)
+        + "</pre>"
     )
+
+
+def text_height(texts: list[str], chars_per_line: int = 110) -> str:
+    """The height (CSS) that holds the tallest of several explanations, each a bold title, lines in a
+    ``_pre`` box and a check line: reserved, so that the controls above do not move as it changes."""
+
+    def rows(line: str) -> int:
+        return max(1, -(-len(line) // chars_per_line))  # a long line wraps
+
+    tallest = 0.0
+    for text in texts:
+        title, *lines = text.splitlines()
+        tallest = max(tallest, 18.0 * rows(title) + 16.2 * sum(rows(x) for x in lines) + 12 + 18)
+    return f"{math.ceil(tallest)}px"
 
 
 STATIC_LABEL = "Picture of the starting setting, saved with the notebook"
@@ -56,6 +73,10 @@ EXPLORER_CSS = (
     ".ac-explorer .widget-toggle-buttons .widget-toggle-button.mod-active,"
     ".ac-explorer .widget-toggle-buttons button.mod-active{background:#0072B2 !important;color:#fff !important;"
     "outline:2px solid #000;outline-offset:-2px;font-weight:bold}"
+    # compact: text lines as tall as their font (not a control's 28 px), a chooser's label beside its buttons
+    ".ac-explorer .widget-html-content{line-height:1.35}"
+    ".ac-explorer .widget-toggle-buttons{display:flex;flex-wrap:wrap;align-items:center}"
+    ".ac-explorer .ac-cell{line-height:1.2 !important}"
 )
 
 

@@ -16,7 +16,7 @@ import html
 import math
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -226,8 +226,12 @@ def fallback(error: StudentFunctionError) -> Choice:
     )
 
 
-def banner_html(choices: list[Choice]) -> str:
-    """One line per function: whose version the explorer is running."""
+def banner_html(choices: list[Choice], more: Sequence[str] = (), lead: str = "") -> str:
+    """Whose version of each function the explorer runs, one item per function, side by side where they fit.
+
+    ``more``: further items (HTML), e.g. the functions the explorer works out itself; ``lead``: an item
+    before them all (HTML), e.g. the example's name.
+    """
     marks = {
         "yours": "&#10004; yours",
         "built-in": "built-in",
@@ -240,7 +244,15 @@ def banner_html(choices: list[Choice]) -> str:
         rows.append(
             f"<div class='ac-source ac-source-{c.source.replace('-', '')}'><b>[{marks[c.source]}]</b> {text}</div>"
         )
-    return "<div style='font-size:0.9em;line-height:1.35'>" + "".join(rows) + "</div>"
+    rows += list(more)
+    if lead:
+        rows.insert(0, f"<div class='ac-lead' style='font-size:111%'>{lead}</div>")
+    if not rows:
+        return ""
+    return (
+        "<div class='ac-sources' style='display:flex;flex-wrap:wrap;column-gap:18px;font-size:0.9em;"
+        "line-height:1.35'>" + "".join(rows) + "</div>"
+    )
 
 
 def banner_text(choices: list[Choice]) -> str:

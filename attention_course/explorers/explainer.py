@@ -11,7 +11,7 @@ import math
 
 import ipywidgets as W
 
-from .base import Explorer, _pre
+from .base import Explorer, _pre, text_height
 from .drawing import MASKED
 from .numeric import fmt
 from .stages import (
@@ -35,49 +35,67 @@ def _ramp(t: float) -> str:
     return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(_LIGHT, _DARK))
 
 
+def _row_label(text: str, width: str):
+    """A grid row's token, as tall as the row's buttons (a plain Label would take a control's 28 px)."""
+    return W.HTML(
+        f"<div style='font-size:13px;line-height:24px;white-space:nowrap'>{html.escape(text)}</div>",
+        layout=W.Layout(width=width, margin="0"),
+    )
+
+
+DEPARTS = "#D55E00"  # the frame of the matrix where the head first departs from the lesson (vermillion)
+SHOWN_IN = {"allowed": "S", "masked": "S", "scaled": "S"}  # the explainer's S is the scaled, masked scores
+
+
 class CellExplainer(Explorer):
     kind = "cell-explainer"
     title = "Row follower and cell explainer"
-    CELL = "52px"
+    CELL = "46px"
+    LABEL = "58px"
 
     def __init__(self, example: str = "cat_sat", causal=None, follow=None, **functions) -> None:
         super().__init__()
         self.choices = _stage_choices(functions)
         self.st = st = _stages(example, causal, self.choices)
-        banner, footer = _sources(st, self.choices)
+        title = f"<b>{html.escape(st.title)}</b>{' (causal mask)' if st.causal else ''}"
+        banner, footer = _sources(st, self.choices, lead=title)
         T = st.T
         self.follow = T - 1 if follow is None else int(follow)
+        diff = st.first_difference
+        self.departs = None if diff is None else SHOWN_IN.get(diff.stage, diff.stage)
         self.cells: dict[tuple[str, int, int], W.Button] = {}
         self.explanations: dict[tuple[str, int, int], Explanation] = {}
         self._lit: dict[tuple[str, int, int], str] = {}
-        grids = {m: self._grid(m) for m in MATRICES}
         chooser = W.ToggleButtons(
             options=[(st.label(i), i) for i in range(T)],
             value=self.follow,
             description="follow",
-            style={"button_width": "70px"},
+            style={"button_width": "70px", "description_width": "46px"},
+            layout=W.Layout(width="auto"),
         )
         chooser.observe(self._follow, names="value")
         self.controls = {"follow": chooser, "cells": self.cells}
         chooser.add_class("ac-follow")
         self.explanation = W.HTML()
         self.explanation.add_class("ac-explanation")
-        self.row_story = W.HTML()
+        self.row_story = W.HTML(layout=W.Layout(flex="1 1 0", min_width="240px", margin="0"))
         self.row_story.add_class("ac-row-story")
-        intro = W.HTML(
-            f"<b>{html.escape(st.title)}</b>{' (causal mask)' if st.causal else ''}: choose a token to follow its "
-            "row; point at any cell for its arithmetic, click it (or Tab to it and press Enter) to keep it below."
-            + banner
+        intro = W.HTML(banner)  # the example, and whose function made each step
+        hint = W.HTML(
+            "<div style='font-size:13px;margin-left:10px'>click a cell (or Tab, Enter) for its arithmetic</div>"
         )
-        gap = W.Layout(margin="0 14px 6px 0")
+        gap = W.Layout(margin="0 12px 4px 0")
+        first = {"Q", "S"}  # the grids that carry the row labels (the others sit beside them, row for row)
+        grids = {m: self._grid(m, labels=m in first, layout=gap) for m in MATRICES}
         self._root(
             intro,
-            chooser,
-            W.HBox([W.VBox([grids["Q"]], layout=gap), W.VBox([grids["K"]], layout=gap), grids["V"]]),
-            W.HBox([W.VBox([grids["S"]], layout=gap), W.VBox([grids["A"]], layout=gap), grids["O"]]),
-            self.row_story,
+            W.HBox([chooser, hint], layout=W.Layout(flex_flow="row wrap", align_items="center")),
+            W.HBox([grids["Q"], grids["K"], grids["V"], self.row_story]),
+            W.HBox([grids["S"], grids["A"], grids["O"]]),
             self.explanation,
         )
+        # room for the longest arithmetic of any cell: a click never moves what is below or above it
+        self.explanation.layout.min_height = text_height([e.text for e in self.explanations.values()])
         j = max(range(T), key=lambda c: st.A[self.follow, c].item())
         self.selected = ("A", self.follow, j)
         self.refresh()
@@ -88,7 +106,7 @@ class CellExplainer(Explorer):
         st = self.st
         return {"Q": st.Q, "K": st.K, "V": st.V, "S": st.masked, "A": st.A, "O": st.O}[m]
 
-    def _grid(self, m: str):
+    def _grid(self, m: str, labels: bool, layout: W.Layout):
         st = self.st
         M = self._matrix(m)
         finite = M[M.isfinite()]
@@ -111,18 +129,32 @@ class CellExplainer(Explorer):
             "A": "A: weights",
             "O": "O: outputs",
         }
-        label_w = "62px"
+        label_w = self.LABEL if labels else "0px"
+        width = int(label_w[:-2]) + len(cols) * (int(self.CELL[:-2]) + 2)
+        title = html.escape(titles[m])
+        if m == self.departs:
+            title += (
+                f"<br><span class='ac-departs-note' style='color:{DEPARTS}'>&#9888; first differs from the "
+                "lesson here</span>"
+            )
         header = W.HBox(
-            [W.Label("", layout=W.Layout(width=label_w))]
+            [W.HTML("", layout=W.Layout(width=label_w, margin="0"))]
             + [
                 W.HTML(
-                    f"<div style='font-size:11px;line-height:1.1;text-align:center'>{html.escape(c)}</div>",
+                    f"<div style='font-size:12px;line-height:1.1;text-align:center'>{html.escape(c)}</div>",
                     layout=W.Layout(width=self.CELL, margin="0 1px"),
                 )
                 for c in cols
-            ]
+            ],
+            layout=W.Layout(height="28px", align_items="flex-end"),  # two lines: "small / word"
         )
-        rows = [W.HTML(f"<b>{html.escape(titles[m])}</b>"), header]
+        rows = [
+            W.HTML(
+                f"<div style='font-size:13px;font-weight:bold;line-height:1.25'>{title}</div>",
+                layout=W.Layout(width=f"{width}px", margin="0"),
+            ),
+            header,
+        ]
         for i in range(M.shape[0]):
             buttons = []
             for j in range(M.shape[1]):
@@ -133,7 +165,7 @@ class CellExplainer(Explorer):
                 b = W.Button(
                     description=fmt(x, 2),
                     tooltip=ex.text,
-                    layout=W.Layout(width=self.CELL, height="26px", margin="1px", padding="0"),
+                    layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"),
                     style={"button_color": colour},
                 )
                 b.add_class("ac-cell")
@@ -141,8 +173,15 @@ class CellExplainer(Explorer):
                 b.on_click(lambda _b, key=(m, i, j): self.select(*key))
                 self.cells[(m, i, j)] = b
                 buttons.append(b)
-            rows.append(W.HBox([W.Label(st.label(i), layout=W.Layout(width=label_w))] + buttons))
-        return W.VBox(rows)
+            label = _row_label(st.label(i) if labels else "", label_w)
+            rows.append(W.HBox([label] + buttons))
+        box = W.VBox(rows, layout=W.Layout(margin=layout.margin))
+        box.add_class(f"ac-grid-{m}")
+        if m == self.departs:
+            box.add_class("ac-departs")
+            box.layout.border = f"3px solid {DEPARTS}"
+            box.layout.padding = "2px"
+        return box
 
     def _follow(self, change) -> None:
         self.follow = change["new"]
@@ -194,26 +233,75 @@ class CellExplainer(Explorer):
         )
 
 
+_TH = "font-size:12px;padding:1px 6px;font-weight:normal;color:#222;text-align:center"
+
+
+def numbered(st: Stages, i: int) -> str:
+    """A token with its position, counted from 0 as in the lessons: "The(0)", "cat(1)"."""
+    return f"{st.tokens[i]}({i})"
+
+
+def table_html(
+    caption: str,
+    rows: list[str],
+    cols: list[str],
+    values,
+    cls: str,
+    ranges: list[tuple[float, float]] | None = None,
+    mark_row: int | None = None,
+    notes: list[str] = (),
+) -> str:
+    """One matrix as an HTML table: its name above it, a header cell for every column and for every row.
+
+    ``values``: a (rows, cols) tensor or list of rows; ``ranges``: the colour scale of each row (one
+    scale for the whole table where not given); ``mark_row``: a row outlined (the one followed).
+    """
+    values = values.tolist() if hasattr(values, "tolist") else [list(r) for r in values]
+    if ranges is None:
+        finite = [x for row in values for x in row if math.isfinite(x)]
+        ranges = [(min(finite), max(finite)) if finite else (0.0, 1.0)] * len(values)
+    head = f"<tr><th style='{_TH}'></th>" + "".join(
+        f"<th scope='col' style='{_TH}'>{html.escape(c)}</th>" for c in cols
+    )
+    body = []
+    for r, (name, row, (lo, hi)) in enumerate(zip(rows, values, ranges)):
+        mark = "font-weight:bold;box-shadow:inset 0 0 0 2px #0072B2;" if r == mark_row else ""
+        tds = "".join(
+            f"<td style='background:{MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)};"
+            f"color:#000;{mark}padding:2px 6px;text-align:right'>{fmt(x, 2)}</td>"
+            for x in row
+        )
+        body.append(f"<tr><th scope='row' style='{_TH};text-align:right'>{html.escape(name)}</th>{tds}</tr>")
+    listed = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return (
+        f"<div class='ac-static-{cls}'><div style='font-size:13px;font-weight:bold'>{html.escape(caption)}</div>"
+        f"<table><thead>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        + (f"<ul style='font-size:12px;margin:2px 0;padding-left:18px'>{listed}</ul>" if listed else "")
+        + "</div>"
+    )
+
+
 def _static_tables(st: Stages, follow: int) -> str:
-    """Every matrix as an HTML table (what the explainer shows without a widget front end)."""
-    out = ["<div style='display:flex;flex-wrap:wrap;gap:14px'>"]
-    for m, M in (("Q", st.Q), ("K", st.K), ("V", st.V), ("S", st.masked), ("A", st.A), ("O", st.O)):
-        finite = M[M.isfinite()]
-        lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 1.0)
-        rows = []
-        for i in range(M.shape[0]):
-            cells = []
-            for j in range(M.shape[1]):
-                x = M[i, j].item()
-                colour = MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
-                followed = i == follow and m in "QSAO"
-                mark = "font-weight:bold;box-shadow:inset 0 0 0 2px #0072B2;" if followed else ""
-                cells.append(
-                    f"<td style='background:{colour};color:#000;{mark}padding:2px 6px'>{fmt(x, 2)}</td>"
-                )
-            rows.append(
-                f"<tr><th style='text-align:right'>{html.escape(st.label(i))}</th>{''.join(cells)}</tr>"
-            )
-        out.append(f"<table><caption><b>{m}</b></caption>{''.join(rows)}</table>")
-    out.append("</div>")
-    return "".join(out)
+    """Every matrix as an HTML table (what the explainer shows without a widget front end), rows and columns named."""
+    tokens = [numbered(st, i) for i in range(st.T)]
+    dims = [f"d{c}" for c in range(st.d_k)]
+    values = list(st.value_names)
+    S = (
+        "scaled, masked scores: S / sqrt(d_k), -inf where the mask hides the key"
+        if st.causal
+        else ("scaled scores: S / sqrt(d_k) (no mask)")
+    )
+    tables = [
+        ("X", "X: the inputs (rows: tokens, columns: features)", st.X, list(st.features), None),
+        ("Q", "Q = X W_q: the queries", st.Q, dims, follow),
+        ("K", "K = X W_k: the keys", st.K, dims, None),
+        ("V", "V = X W_v: the values", st.V, values, None),
+        ("S", f"{S} (rows: queries, columns: keys)", st.masked, tokens, follow),
+        ("A", "A = softmax of each row: the weights (rows: queries, columns: keys)", st.A, tokens, follow),
+        ("O", "O = A V: the outputs", st.O, values, follow),
+    ]
+    return (
+        "<div style='display:flex;flex-wrap:wrap;gap:8px 18px;align-items:flex-start'>"
+        + "".join(table_html(cap, tokens, cols, M, m, mark_row=mark) for m, cap, M, cols, mark in tables)
+        + "</div>"
+    )

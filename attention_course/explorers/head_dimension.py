@@ -525,13 +525,13 @@ class HeadDimensionExplorer(Explorer):
             step=1,
             description="d_k",
             continuous_update=True,
-            layout=W.Layout(width="430px"),
+            layout=W.Layout(width="300px"),
         )
         toggle = W.ToggleButton(
             value=bool(scale),
             description=_scale_words(bool(scale)),
             tooltip="divide the scores by sqrt(d_k) before softmax",
-            layout=W.Layout(width="230px"),
+            layout=W.Layout(width="210px"),
         )
         resample = W.Button(
             description="new random vectors",
@@ -542,7 +542,8 @@ class HeadDimensionExplorer(Explorer):
             options=[(t, i) for i, t in enumerate(self.tokens)],
             value=row,
             description="query row",
-            layout=W.Layout(width="190px"),
+            style={"description_width": "70px"},
+            layout=W.Layout(width="160px"),
         )
         self.controls = {"d_k": d_slider, "scale": toggle, "resample": resample, "row": row_choice}
         _classes(self.controls, "ac-")
@@ -552,9 +553,8 @@ class HeadDimensionExplorer(Explorer):
         resample.on_click(self._resample)
         self.image, self.readout = _image(), _readout()
         self.banner = W.HTML(banner_html(self.choices))
-        self._root(
-            self.banner, W.HBox([d_slider, toggle]), W.HBox([row_choice, resample]), self.image, self.readout
-        )
+        controls = W.HBox([d_slider, toggle, row_choice, resample], layout=W.Layout(flex_flow="row wrap"))
+        self._root(self.banner, controls, self.image, self.readout)
         self.refresh()
         self.static_png = self.image.value
         self.static_html = self.readout.value

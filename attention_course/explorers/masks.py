@@ -2,7 +2,8 @@
 
 The picture is HTML (tables with a legend), so it stays sharp at any zoom and every
 label is real text. :func:`mask_view` computes one setting (pure, testable); the
-:class:`MaskExplorer` wires sliders to it. Where the student's ``causal_mask``,
+:class:`MaskExplorer` wires sliders to it: the readout beside the causal mask, each
+sequence's length slider right above that sequence, all on one projector screen. Where the student's ``causal_mask``,
 ``padding_mask`` or ``apply_mask`` runs, the view shows what it returns; otherwise
 the view works that step out inline and says so.
 """
@@ -304,8 +305,13 @@ def mask_view(T: int, lengths: Sequence[int], choices: dict[str, Choice] | None 
 
 # ----------------------------------------------------------------- the picture
 
-_CELL = "min-width:46px;height:24px;padding:1px 4px;text-align:center;font-size:12px;border:1px solid #ffffff"
-_HEAD = "font-size:12px;padding:1px 4px;font-weight:normal;color:#222"
+_CELL = "min-width:30px;height:24px;padding:1px 2px;text-align:center;font-size:12px;border:1px solid #ffffff"
+_HEAD = "font-size:11px;padding:1px 2px;font-weight:normal;color:#222;line-height:1.15;white-space:nowrap"
+_DEPARTS = f"outline:3px solid {WRONG};outline-offset:1px"
+_DEPARTS_NOTE = (
+    f"<div class='ac-departs-note' style='font-size:12px;color:{WRONG};font-weight:bold'>"
+    "&#9888; first differs from the lesson here</div>"
+)
 
 
 def _swatch(bg: str, text: str, label: str) -> str:
@@ -316,34 +322,43 @@ def _swatch(bg: str, text: str, label: str) -> str:
     )
 
 
-def legend_html() -> str:
+def legend_html(outlined: bool = True) -> str:
+    """What each mark of the picture means (the outline only where a cell is outlined, unless asked for)."""
     return (
-        "<div class='ac-mask-legend' style='margin:4px 0'>"
-        + _swatch(ALLOWED_BG, "&#10003;", "allowed: the query may look at this key")
-        + _swatch(CAUSAL_BG, "&minus;&infin;", "hidden by the causal mask (a later key)")
-        + _swatch(PADDING_BG, "&minus;&infin;", "hidden by the padding mask (a padding key)")
+        "<div class='ac-mask-legend' style='margin:2px 0'>"
+        + _swatch(ALLOWED_BG, "&#10003;", "allowed")
+        + _swatch(CAUSAL_BG, "&minus;&infin;", "hidden by the causal mask")
+        + _swatch(PADDING_BG, "&minus;&infin;", "hidden by the padding mask")
         + _swatch(BOTH_BG, "&minus;&infin;", "hidden by both")
-        + f"<span style='font-size:12px'><span style='outline:2px solid {WRONG};padding:0 4px'>"
-        "outlined</span>: the masked score disagrees with the mask</span></div>"
+        + (
+            f"<span style='font-size:12px'><span style='outline:2px solid {WRONG};padding:0 4px'>"
+            "outlined</span>: the masked score disagrees with the mask</span>"
+            if outlined
+            else ""
+        )
+        + "</div>"
     )
 
 
 _BG = {"": ALLOWED_BG, "causal": CAUSAL_BG, "padding": PADDING_BG, "both": BOTH_BG}
 
 
-def _table(rows: list[str], cols: list[str], cells, caption: str, cls: str) -> str:
-    head = "<tr><th></th>" + "".join(f"<th style='{_HEAD}'>{html.escape(c)}</th>" for c in cols) + "</tr>"
-    body = []
-    for i, r in enumerate(rows):
-        tds = "".join(cells(i, j) for j in range(len(cols)))
-        body.append(f"<tr><th style='{_HEAD};text-align:right'>{html.escape(r)}</th>{tds}</tr>")
+def _column_heads(names: list[tuple[int, str]]) -> str:
+    """The key columns' header: position over token, on two lines (so that five columns stay narrow)."""
     return (
-        f"<div style='margin:2px 12px 6px 0'><div style='font-size:13px;width:320px'>{caption}</div>"
-        f"<table class='{cls}' style='border-collapse:collapse'>{head}{''.join(body)}</table></div>"
+        "<tr><th></th>"
+        + "".join(f"<th style='{_HEAD}'>{j}<br>{html.escape(t)}</th>" for j, t in names)
+        + "</tr>"
     )
 
 
-def _causal_table(v: MaskView) -> str:
+def departs(v: MaskView) -> str | None:
+    """Which part of the picture first departs from the lesson: "causal", "padding", "masked" or None."""
+    diffs = v.differences()
+    return diffs[0].stage if diffs else None
+
+
+def _causal_table(v: MaskView, mark: bool = False) -> str:
     names = [f"{j} {t}" for j, t in enumerate(v.sentence[: v.T])]
 
     def cell(i, j):
@@ -353,16 +368,26 @@ def _causal_table(v: MaskView) -> str:
             f"style='{_CELL};background:{ALLOWED_BG if ok else CAUSAL_BG}'>{'&#10003;' if ok else '&minus;&infin;'}</td>"
         )
 
-    cap = f"<b>causal mask</b> ({v.T} &times; {v.T}): rows are queries, columns keys"
-    return _table(names, names, cell, cap, "ac-causal")
+    head = _column_heads(list(enumerate(v.sentence[: v.T])))
+    body = "".join(
+        f"<tr><th style='{_HEAD};text-align:right'>{html.escape(r)}</th>{''.join(cell(i, j) for j in range(v.T))}</tr>"
+        for i, r in enumerate(names)
+    )
+    style = f";{_DEPARTS}" if mark else ""
+    return (
+        f"<div class='ac-causal-panel{' ac-departs' if mark else ''}' style='margin:2px 4px 4px 0'>"
+        f"<div style='font-size:13px'><b>causal mask</b> ({v.T} &times; {v.T})<br>rows: queries, columns: keys</div>"
+        + (_DEPARTS_NOTE if mark else "")
+        + f"<table class='ac-causal' style='border-collapse:collapse{style}'>{head}{body}</table></div>"
+    )
 
 
-def _sequence_panel(v: MaskView, b: int, show: str = "scores") -> str:
+def _sequence_panel(v: MaskView, b: int, show: str = "scores", mark: str | None = None) -> str:
     """Sequence b: its padding mask (aligned with the key columns) over its masked scores (or weights)."""
     toks = v.tokens(b)
     names = [f"{j} {t}" for j, t in enumerate(toks)]
     wrong = set(v.wrong_cells())
-    head = "<tr><th></th>" + "".join(f"<th style='{_HEAD}'>{html.escape(c)}</th>" for c in names) + "</tr>"
+    head = _column_heads(list(enumerate(toks)))
     pad_cells = []
     for j in range(v.T):
         real = bool(v.padding[b, 0, j])
@@ -371,8 +396,10 @@ def _sequence_panel(v: MaskView, b: int, show: str = "scores") -> str:
             f"style='{_CELL};background:{ALLOWED_BG if real else PADDING_BG}'>"
             f"{'&#10003;' if real else '&minus;&infin;'}</td>"
         )
+    pad_mark = f";{_DEPARTS}" if mark == "padding" else ""
     pad = (
-        f"<tr class='ac-padding'><th style='{_HEAD};text-align:right'>padding mask</th>{''.join(pad_cells)}</tr>"
+        f"<tr class='ac-padding{' ac-departs' if pad_mark else ''}' style='{pad_mark[1:]}'>"
+        f"<th style='{_HEAD};text-align:right'>padding<br>mask</th>{''.join(pad_cells)}</tr>"
         f"<tr><td colspan='{v.T + 1}' style='height:6px'></td></tr>"
     )
     rows = []
@@ -395,34 +422,55 @@ def _sequence_panel(v: MaskView, b: int, show: str = "scores") -> str:
         rows.append(
             f"<tr><th style='{_HEAD};text-align:right'>{html.escape(names[i])}</th>{''.join(tds)}</tr>"
         )
-    cap = (
-        f"<b>sequence {b + 1}</b>, length {v.lengths[b]}: "
-        + html.escape(" ".join(toks))
-        + (
-            "<br>weights: softmax of each row of the masked scores; rows: queries"
-            if show == "weights"
-            else "<br>scaled scores after the combined mask (causal AND padding); rows: queries"
-        )
+    cap = f"<b>sequence {b + 1}</b>, length {v.lengths[b]}"  # its tokens head the rows and columns
+    scores_mark = f";{_DEPARTS}" if mark == "masked" else ""
+    note = _DEPARTS_NOTE if mark in ("padding", "masked") else ""
+    return (  # the caption is the table's own: it wraps to the table's width
+        f"<div class='ac-sequence ac-sequence-{b}' style='margin:0 4px 4px 0'>"
+        f"<table class='ac-scores{' ac-departs' if mark == 'masked' else ''}' style='border-collapse:collapse{scores_mark}'>"
+        f"<caption style='caption-side:top;text-align:left;font-size:12px'>{cap}{note}</caption>"
+        f"{head}{pad}{''.join(rows)}</table></div>"
+    )
+
+
+def sequences_note(show: str = "scores") -> str:
+    """What each sequence's table holds, said once above them all."""
+    what = (
+        "the softmax weights of its masked scores"
+        if show == "weights"
+        else "its scaled scores after the combined mask (causal AND padding)"
     )
     return (
-        f"<div class='ac-sequence ac-sequence-{b}' style='margin:2px 14px 6px 0'>"
-        f"<div style='font-size:12px;width:320px'>{cap}</div>"
-        f"<table class='ac-scores' style='border-collapse:collapse'>{head}{pad}{''.join(rows)}</table></div>"
+        f"<div class='ac-sequences-note' style='font-size:12px;margin:2px 0'>Each sequence: its padding mask "
+        f"(top row) over {what}; rows: queries.</div>"
     )
 
 
 def picture_html(v: MaskView, show: str = "scores") -> str:
     """The whole picture: legend, causal mask, then each sequence's padding mask and masked scores (or weights)."""
-    panels = "".join(_sequence_panel(v, b, show) for b in range(v.B))
+    mark = departs(v)
+    panels = "".join(_sequence_panel(v, b, show, mark) for b in range(v.B))
     return (
         "<div class='ac-mask-picture' style='font-size:12px;line-height:1.3'>"
         + legend_html()
-        + f"<div style='display:flex;flex-wrap:wrap;align-items:flex-start'>{_causal_table(v)}</div>"
-        + f"<div style='display:flex;flex-wrap:wrap;align-items:flex-start'>{panels}</div></div>"
+        + f"<div style='display:flex;flex-wrap:wrap;align-items:flex-start'>{_causal_table(v, mark == 'causal')}</div>"
+        + sequences_note(show)
+        + f"<div style='display:flex;flex-wrap:wrap;align-items:flex-start;gap:0 8px'>{panels}</div></div>"
     )
 
 
 # --------------------------------------------------------------------- widgets
+
+
+class _Joined:
+    """The HTML of several widgets read as one, in the order they are laid out (what the picture shows)."""
+
+    def __init__(self, *widgets) -> None:
+        self.widgets = widgets
+
+    @property
+    def value(self) -> str:
+        return "".join(w.value for w in self.widgets)
 
 
 class MaskExplorer(Explorer):
@@ -439,13 +487,14 @@ class MaskExplorer(Explorer):
             name: choose(name, fn, compare=True) for name, fn in functions.items() if fn is not None
         }
         t_slider = W.IntSlider(
-            value=int(T), min=1, max=T_MAX, description="T", layout=W.Layout(width="300px")
+            value=int(T), min=1, max=T_MAX, description="T", layout=W.Layout(width="260px")
         )
         show = W.ToggleButtons(
             options=[("masked scores", "scores"), ("softmax weights", "weights")],
             value="scores",
             description="show",
-            style={"button_width": "180px"},
+            style={"button_width": "150px", "description_width": "40px"},
+            layout=W.Layout(width="auto"),
         )
         self.controls = {"T": t_slider, "show": show}
         for b, n in enumerate(lengths):
@@ -454,47 +503,59 @@ class MaskExplorer(Explorer):
                 min=0,
                 max=int(T),
                 description=f"length {b + 1}",
-                layout=W.Layout(width="300px"),
+                style={"description_width": "64px"},
+                layout=W.Layout(width="250px", margin="2px 0"),  # above the sequence it pads
             )
         for name, w in self.controls.items():
             w.add_class(f"ac-{name.replace('_', '-')}")
             w.observe(self._changed, names="value")
         self.B = len(lengths)
         self.banner = W.HTML(self._banner())
-        self.picture = W.HTML()
-        self.picture.add_class("ac-mask-picture-widget")
-        self.readout = W.HTML()
+        self.legend = W.HTML()
+        self.causal = W.HTML()
+        self.note = W.HTML()
+        self.sequences = [W.HTML() for _ in range(self.B)]
+        self.picture = _Joined(self.legend, self.causal, self.note, *self.sequences)
+        self.readout = W.HTML(layout=W.Layout(flex="1 1 0", min_width="300px", margin="0"))
         self.readout.add_class("ac-readout")
         intro = W.HTML(
-            "<b>Mask explorer</b>: a causal mask and a padded batch of "
-            "<i>The cat sat on the</i>. Drag a length to pad a sequence; the scores each mask hides "
-            "show &minus;&infin;."
+            "<b>Mask explorer</b>: a causal mask and a padded batch of <i>The cat sat on the</i>; "
+            "drag a length to pad a sequence."
         )
-        sliders = [self.controls[f"length_{b}"] for b in range(self.B)]
-        self._root(
-            intro,
-            self.banner,
-            W.HBox([t_slider, show]),
-            W.HBox(sliders[:2]),
-            W.HBox(sliders[2:]),
-            self.picture,
-            self.readout,
+        panels = []
+        for b in range(self.B):
+            panel = W.VBox(
+                [self.controls[f"length_{b}"], self.sequences[b]],
+                layout=W.Layout(margin="0 4px 0 0"),
+            )
+            panel.add_class("ac-sequence-panel")
+            panel.add_class(f"ac-sequence-panel-{b}")
+            panels.append(panel)
+        picture = W.VBox(
+            [
+                self.legend,
+                W.HBox([self.causal, self.readout], layout=W.Layout(align_items="flex-start")),
+                self.note,
+                W.HBox(panels, layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            ]
         )
+        picture.add_class("ac-mask-picture")
+        self._root(intro, self.banner, W.HBox([t_slider, show]), picture)
         self.refresh()
-        self.static_html = self.picture.value + self.readout.value
+        self.static_html = picture_html(self.state, show.value) + self.readout.value
         banner = banner_text(list(self.choices.values()))
         self.text = "\n".join([self.title, *([banner] if banner else []), *self.state.lines()])
 
     def _banner(self) -> str:
         builtin = [n for n in ("causal_mask", "padding_mask", "apply_mask") if n not in self.choices]
-        out = banner_html(list(self.choices.values())) if self.choices else ""
+        more = []
         if builtin:
-            out += (
-                "<div class='ac-source ac-source-builtin' style='font-size:0.9em'><b>[built-in]</b> "
+            more.append(
+                "<div class='ac-source ac-source-builtin'><b>[built-in]</b> "
                 + ", ".join(f"<code>{n}</code>" for n in builtin)
                 + ": the course's versions, until you pass yours</div>"
             )
-        return out
+        return banner_html(list(self.choices.values()), more)
 
     def _changed(self, change=None) -> None:
         if change is not None and change.get("owner") is self.controls["T"] and not self._hold:
@@ -522,7 +583,12 @@ class MaskExplorer(Explorer):
         v = mask_view(T, lengths, self.choices)
         self.state = v
         show = self.controls["show"].value
-        self.picture.value = picture_html(v, show)
+        mark = departs(v)
+        self.legend.value = legend_html(outlined=bool(v.wrong_cells()))
+        self.causal.value = _causal_table(v, mark == "causal")
+        self.note.value = sequences_note(show)
+        for b, widget in enumerate(self.sequences):
+            widget.value = _sequence_panel(v, b, show, mark)
         lines = v.lines()
         if show == "weights":
             lines.append(v.weights_line())

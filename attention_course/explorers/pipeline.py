@@ -1,10 +1,11 @@
 """Lesson 07's linked pipeline view: the whole head for one query, every cell a button.
 
-X, Q, K and V, then the chosen query's row of raw scores, scaled scores, masked
-scores, weights and output, side by side. Clicking a cell (or Tab to it, Enter)
-shows its arithmetic and lights up the cells it came from in every earlier stage:
-the ones that feed it directly, and the ones that feed those. :func:`explain` and
-:func:`sources` are pure (tested without widgets); :class:`PipelineView` wires them.
+X, K and V, then the chosen query's Q, its row of raw scores, scaled scores, masked
+scores and weights (one line each) and its output. Clicking a cell (or Tab to it,
+Enter) shows its arithmetic and lights up the cells that feed it directly; "earlier
+sources" lights the ones that feed those too. It starts on a query the mask hides keys
+from, and frames the stage where the head first departs from the lesson. :func:`explain`
+and :func:`sources` are pure (tested without widgets); :class:`PipelineView` wires them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 
 import ipywidgets as W
 
-from .base import Explorer, _pre
+from .base import Explorer, _pre, text_height
 from .choosing import banner_text
 from .drawing import MASKED
-from .explainer import _ramp, _static_tables
+from .explainer import _ramp, _row_label, numbered, table_html
 from .numeric import fmt, fmt_list
 from .stages import (
     Stages,
@@ -213,98 +214,215 @@ def _check(st: Stages, stage: str, got: float, want: float, dp: int = 2) -> str:
     return check_line(st, stage, got, want, dp)
 
 
+def default_query(st: Stages) -> int:
+    """The query the view starts on: one whose row the mask hides keys from (the last query where none does).
+
+    Among the rows with hidden keys, the one with as many keys seen as hidden (the later one on a tie):
+    its first picture shows -inf beside real scores, so the mask is seen to act.
+    """
+    hidden = {i: st.T - len(_seen(st, i)) for i in range(st.T)}
+    rows = [i for i, n in hidden.items() if n]
+    if not st.causal or not rows:
+        return st.T - 1
+    return max(rows, key=lambda i: (min(hidden[i], st.T - hidden[i]), i))
+
+
+def departs(st: Stages) -> str | None:
+    """The stage of the pipeline where the head first departs from the lesson's arithmetic (None if nowhere)."""
+    diff = st.first_difference
+    if diff is None:
+        return None
+    return {"allowed": "masked"}.get(diff.stage, diff.stage)
+
+
 # --------------------------------------------------------------------- widgets
+
+HEADS = {  # the grids' titles on screen (TITLES says the same at length, in the saved copy)
+    "X": "X: the inputs",
+    "K": "K = X W_k: keys",
+    "V": "V = X W_v: values",
+    "Q": "Q = X W_q",
+    "O": "O = A V",
+    "table": "this query: scores to weights",
+}
+SHORT = {  # the row labels of the query's table (TITLES says the same at length, in their tooltips)
+    "S": "raw q . k",
+    "scaled": "/ sqrt(d_k)",
+    "masked": "masked",
+    "A": "softmax: A",
+}
+DEPARTS = "#D55E00"  # the frame of the stage that first departs from the lesson (Okabe-Ito vermillion)
+
+
+def _earlier_words(on: bool) -> str:
+    return f"earlier sources: {'SHOWN' if on else 'HIDDEN'}"
 
 
 class PipelineView(Explorer):
     kind = "pipeline"
     title = "Pipeline view"
-    CELL = "54px"
+    CELL = "48px"
+    LABEL = "58px"
 
     def __init__(self, example: str = "cat_sat", causal=None, query=None, **functions) -> None:
         super().__init__()
         self.choices = _stage_choices(functions)
         self.st = st = _stages(example, causal, self.choices)
-        banner, footer = _sources(st, self.choices)
+        title = f"<b>{html.escape(st.title)}</b>{' (causal mask)' if st.causal else ''}: one query, X to O"
+        banner, footer = _sources(st, self.choices, lead=title)
         self.stage_names = stage_names(st)
-        self.query = st.T - 1 if query is None else int(query)
+        self.departs = departs(st)
+        self.query = default_query(st) if query is None else int(query)
         self.buttons: dict[tuple[str, int, int], W.Button] = {}  # (stage, shown row, column)
         self.cells: dict[Cell, W.Button] = {}  # full-matrix coordinates: what a click means
         self._lit: dict[tuple[str, int, int], str] = {}
-        grids = {s: self._grid(s) for s in self.stage_names}
+        self._titles: dict[str, W.HTML] = {}
+        self._tooltips: dict[Cell, str] = {}
         chooser = W.ToggleButtons(
             options=[(st.label(i), i) for i in range(st.T)],
             value=self.query,
             description="query",
-            style={"button_width": "70px"},
+            style={"button_width": "70px", "description_width": "46px"},
+            layout=W.Layout(width="auto"),
         )
         chooser.add_class("ac-query")
         chooser.observe(self._choose_query, names="value")
-        self.controls = {"query": chooser, "cells": self.cells}
+        earlier = W.ToggleButton(
+            value=False,
+            description=_earlier_words(False),
+            tooltip="also light the cells that feed the chosen one through earlier steps (dashed)",
+            layout=W.Layout(width="210px"),
+        )
+        earlier.add_class("ac-earlier")
+        earlier.observe(self._changed, names="value")
+        self.controls = {"query": chooser, "earlier": earlier, "cells": self.cells}
         self.explanation = W.HTML()
         self.explanation.add_class("ac-explanation")
+        intro = W.HTML(banner)  # the example, and whose function made each step
         legend = W.HTML(
-            "<div class='ac-pipeline-legend' style='font-size:12px;margin:2px 0'>"
-            f"<span style='border:3px solid {CHOSEN};padding:0 6px;margin-right:12px'>the cell you chose</span>"
-            f"<span style='background:{DIRECT};border:2px solid #8a5a00;padding:0 6px;margin-right:12px'>"
+            "<div class='ac-pipeline-legend' style='font-size:12px;margin:2px 0'>Click a cell (or Tab, Enter) "
+            "for its arithmetic: "
+            f"<span style='border:3px solid {CHOSEN};padding:0 5px;margin-right:10px'>chosen</span>"
+            f"<span style='background:{DIRECT};border:2px solid #8a5a00;padding:0 5px;margin-right:10px'>"
             "feeds it directly</span>"
-            f"<span style='background:{EARLIER};border:2px dashed #8a5a00;padding:0 6px;margin-right:12px'>"
-            "feeds it through earlier steps</span>"
-            f"<span style='background:{MASKED};padding:0 6px'>-inf: hidden by the mask</span></div>"
+            f"<span style='background:{EARLIER};border:2px dashed #8a5a00;padding:0 5px;margin-right:10px'>"
+            "feeds it earlier</span>"
+            f"<span style='background:{MASKED};padding:0 5px'>-inf: masked</span></div>"
         )
-        intro = W.HTML(
-            f"<b>{html.escape(st.title)}</b>{' (causal mask)' if st.causal else ''}: the whole head for one "
-            "query. Click a cell (or Tab to it and press Enter) to see its arithmetic and the cells it came from."
-            + banner
-        )
-        gap = W.Layout(margin="0 16px 0 0")
-        mid = [grids["Q"], grids["K"], grids["V"]]
-        right = [grids[s] for s in self.stage_names if s in ROW_STAGES]
+        gap = W.Layout(margin="0 14px 4px 0")
+        inputs = W.HBox([self._grid(s, gap) for s in ("X", "K", "V")])
+        query_row = W.HBox([self._grid("Q", gap), self._table(gap), self._grid("O", gap)])
         self._root(
             intro,
-            chooser,
+            W.HBox([chooser, earlier], layout=W.Layout(flex_flow="row wrap", align_items="center")),
             legend,
-            W.HBox([W.VBox([grids["X"]], layout=gap), W.VBox(mid, layout=gap), W.VBox(right)]),
+            inputs,
+            query_row,
             self.explanation,
         )
+        # room for the longest arithmetic of any cell, for every query: a click never moves the grids
+        every = [
+            (s, i, j)
+            for (s, r, j) in self.buttons
+            for i in (range(st.T) if s not in ("X", "K", "V") else [r])
+        ]
+        self.explanation.layout.min_height = text_height([self._tooltip(cell) for cell in every])
         j = max(range(st.T), key=lambda c: st.A[self.query, c].item())
         self.selected: Cell = ("A", self.query, j)
         self._fill_rows()
         self.refresh()
-        self.static_html = _static_tables(st, self.query) + self.explanation.value
+        self.static_html = _static_pipeline(st, self.query) + self.explanation.value
         self.text = f"{self.title}: {st.title}\n{footer}\n{banner_text(list(self.choices.values()))}".rstrip()
 
-    def _grid(self, stage: str):
-        cols = columns(self.st, stage)
-        label_w = "70px"
-        header = W.HBox(
-            [W.Label("", layout=W.Layout(width=label_w))]
+    # ------------------------------------------------------------------ layout
+
+    def _button(self, stage: str, r: int, c: int) -> W.Button:
+        b = W.Button(layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"))
+        b.add_class("ac-cell")
+        b.add_class(f"ac-cell-{stage}-{r}-{c}")
+        b.on_click(lambda _b, key=(stage, r, c): self._click(key))
+        self.buttons[(stage, r, c)] = b
+        return b
+
+    def _width(self, label_w: str, n: int) -> int:
+        """The width in pixels of a grid: its row labels and n cells (each with a 1 px margin either side)."""
+        return int(label_w.removesuffix("px")) + n * (int(self.CELL.removesuffix("px")) + 2)
+
+    def _header(self, cols: list[str], label_w: str):
+        """Column names, bottom-aligned in a row two lines tall: the grids side by side keep their rows level."""
+        return W.HBox(
+            [W.HTML("", layout=W.Layout(width=label_w, margin="0"))]
             + [
                 W.HTML(
                     f"<div style='font-size:12px;line-height:1.1;text-align:center'>{html.escape(c)}</div>",
                     layout=W.Layout(width=self.CELL, margin="0 1px"),
                 )
                 for c in cols
-            ]
+            ],
+            layout=W.Layout(height="28px", align_items="flex-end"),  # two lines: "small / word"
         )
-        rows = [W.HTML(f"<b style='font-size:13px'>{html.escape(TITLES[stage])}</b>"), header]
-        n_rows = self.st.T if stage in ("X", "K", "V") else 1
-        self._row_labels = getattr(self, "_row_labels", {})
-        for r in range(n_rows):
-            buttons = []
-            for c in range(len(cols)):
-                b = W.Button(layout=W.Layout(width=self.CELL, height="26px", margin="1px", padding="0"))
-                b.add_class("ac-cell")
-                b.add_class(f"ac-cell-{stage}-{r}-{c}")
-                b.on_click(lambda _b, key=(stage, r, c): self._click(key))
-                self.buttons[(stage, r, c)] = b
-                buttons.append(b)
-            label = W.Label(self.st.label(r) if n_rows > 1 else "", layout=W.Layout(width=label_w))
-            self._row_labels[(stage, r)] = label
-            rows.append(W.HBox([label] + buttons))
-        box = W.VBox(rows, layout=W.Layout(margin="0 0 6px 0"))
+
+    def _title(self, stage: str, width: int) -> W.HTML:
+        """A grid's title, as wide as its grid; the stage where the head first departs from the lesson says so."""
+        text = html.escape(HEADS[stage])
+        if stage == self.departs or (stage == "table" and self.departs in SHORT):
+            where = f": {SHORT[self.departs]}" if stage == "table" else " here"
+            text = (
+                f"{text}<br><span class='ac-departs-note' style='color:{DEPARTS}'>&#9888; first differs from the "
+                f"lesson{html.escape(where)}</span>"
+            )
+        title = W.HTML(
+            f"<div style='font-size:13px;font-weight:bold;line-height:1.25'>{text}</div>",
+            layout=W.Layout(width=f"{width}px", margin="0"),
+        )
+        self._titles[stage] = title
+        return title
+
+    def _frame(self, box, stage: str) -> None:
+        """Box a stage's grid; the first one that departs from the lesson gets a vermillion frame."""
         box.add_class(f"ac-grid-{stage}")
+        if stage == self.departs:
+            box.add_class("ac-departs")
+            box.layout.border = f"3px solid {DEPARTS}"
+            box.layout.padding = "2px"
+
+    def _grid(self, stage: str, layout: W.Layout):
+        """X, K, V (every token a row, its label on the left) or Q and O (the query's row alone)."""
+        cols = columns(self.st, stage)
+        full = stage in ("X", "K", "V")
+        label_w = self.LABEL if full else "0px"
+        rows = [self._title(stage, self._width(label_w, len(cols))), self._header(cols, label_w)]
+        for r in range(self.st.T if full else 1):
+            label = _row_label(self.st.label(r) if full else "", label_w)
+            buttons = [self._button(stage, r, c) for c in range(len(cols))]
+            rows.append(W.HBox([label] + buttons))
+        box = W.VBox(rows, layout=W.Layout(margin=layout.margin))
+        self._frame(box, stage)
         return box
+
+    def _table(self, layout: W.Layout):
+        """The query's row of scores, scaled scores, masked scores and weights: one stage a line, keys across."""
+        st = self.st
+        stages = [s for s in self.stage_names if s in SHORT]
+        label_w = "96px"
+        rows = [self._title("table", self._width(label_w, st.T)), self._header(columns(st, "S"), label_w)]
+        for stage in stages:
+            label = W.HTML(
+                f"<div title='{html.escape(TITLES[stage], quote=True)}' style='font-size:12px;line-height:24px'>"
+                f"{html.escape(SHORT[stage])}</div>",
+                layout=W.Layout(width=label_w, margin="0"),
+            )
+            line = W.HBox([label] + [self._button(stage, 0, c) for c in range(st.T)])
+            line.add_class(f"ac-grid-{stage}")
+            if stage == self.departs:
+                line.add_class("ac-departs")
+                line.layout.border = f"3px solid {DEPARTS}"
+            rows.append(line)
+        box = W.VBox(rows, layout=W.Layout(margin=layout.margin))
+        box.add_class("ac-grid-row-stages")
+        return box
+
+    # ---------------------------------------------------------------- behaviour
 
     def _full(self, key: tuple[str, int, int]) -> Cell:
         stage, r, c = key
@@ -314,25 +432,32 @@ class PipelineView(Explorer):
         """Values, colours and tooltips of every button for the current query."""
         st = self.st
         self.cells.clear()
-        for key, b in self.buttons.items():
-            stage, i, j = cell = self._full(key)
+        ranges = {}
+        for stage in self.stage_names:
             M = matrix(st, stage)
             finite = M[M.isfinite()]
             lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 1.0)
-            if stage == "A":
-                lo, hi = 0.0, 1.0
-            x = M[i, j].item()
+            ranges[stage] = (0.0, 1.0) if stage == "A" else (lo, hi)
+        for key, b in self.buttons.items():
+            stage, i, j = cell = self._full(key)
+            lo, hi = ranges[stage]
+            x = matrix(st, stage)[i, j].item()
             b.description = fmt(x, 3 if stage == "A" else 2)
             b.style.button_color = (
                 MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
             )
-            b.tooltip = explain(st, cell).text
+            b.tooltip = self._tooltip(cell)
             self.cells[cell] = b
-        for (stage, _r), label in self._row_labels.items():
-            if stage not in ("X", "K", "V"):
-                label.value = st.label(self.query)
         self._base = {key: b.style.button_color for key, b in self.buttons.items()}
+        for key in self._lit:  # every colour is the new query's now: outlines from the last one go too
+            self.buttons[key].layout.border = ""
         self._lit = {}
+
+    def _tooltip(self, cell: Cell) -> str:
+        """A cell's arithmetic in words, worked out once per cell (a query seen again costs nothing)."""
+        if cell not in self._tooltips:
+            self._tooltips[cell] = explain(self.st, cell).text
+        return self._tooltips[cell]
 
     def _choose_query(self, change) -> None:
         self.query = change["new"]
@@ -360,6 +485,11 @@ class PipelineView(Explorer):
         st = self.st
         step = explain(st, self.selected)
         self.state = step
+        toggle = self.controls["earlier"]
+        show_earlier = bool(toggle.value)
+        toggle.description = _earlier_words(show_earlier)
+        toggle.remove_class("ac-off" if show_earlier else "ac-on")
+        toggle.add_class("ac-on" if show_earlier else "ac-off")
         direct, earlier = sources(st, self.selected)
         want: dict[tuple[str, int, int], str] = {}
         for key in self.buttons:
@@ -368,7 +498,7 @@ class PipelineView(Explorer):
                 want[key] = "chosen"
             elif full in direct:
                 want[key] = "direct"
-            elif full in earlier:
+            elif show_earlier and full in earlier:
                 want[key] = "earlier"
         for key in set(self._lit) | set(want):
             old, new = self._lit.get(key), want.get(key)
@@ -390,15 +520,59 @@ class PipelineView(Explorer):
                 f"{'&#10004;' if ok else '&#10008;'} {html.escape(step.check)}</div>"
             )
         n_direct, n_earlier = len(direct), len(earlier)
-        feeds = (
-            f"fed directly by {n_direct} cell{'s' if n_direct != 1 else ''}"
-            + (f", and through them by {n_earlier} more" if n_earlier else "")
-            if n_direct
-            else "fed by no earlier cell"
-        )
+        if not n_direct:
+            feeds = "fed by no earlier cell"
+        else:
+            feeds = f"fed directly by {n_direct} cell{'s' if n_direct != 1 else ''}"
+            if n_earlier:
+                feeds += f"; {n_earlier} earlier cells feed those" + ("" if show_earlier else ", not lit")
         self.explanation.value = (
             f"<div class='ac-explain' style='font-size:13px'><b>{html.escape(step.title)}</b> ({feeds})"
             + _pre("\n".join(step.lines), "ac-arithmetic")
             + check
             + "</div>"
         )
+
+
+# ---------------------------------------------------------------- static copy
+
+
+def _static_pipeline(st: Stages, query: int) -> str:
+    """The starting picture as HTML tables (what shows without a widget front end), every row and column named."""
+    tokens = [numbered(st, i) for i in range(st.T)]
+    dims = [f"d{c}" for c in range(st.d_k)]
+    me = numbered(st, query)  # captions and notes are escaped by table_html
+    row_stages = [s for s in stage_names(st) if s in SHORT]
+    labels = {"S": "raw S", "scaled": "scaled", "masked": "masked", "A": "weights A"}
+    words = {
+        "S": f"the raw scores q . k (row {me} of Q K^T)",
+        "scaled": f"raw S / sqrt(d_k) = raw S / sqrt({st.d_k})",
+        "masked": "the scaled scores, -inf where the mask hides the key",
+        "A": f"softmax of the {'masked' if st.causal else 'scaled'} scores (the row sums to 1)",
+    }
+
+    def row_range(stage: str) -> tuple[float, float]:
+        finite = [x for x in matrix(st, stage)[query].tolist() if math.isfinite(x)]
+        return (0.0, 1.0) if stage == "A" else ((min(finite), max(finite)) if finite else (0.0, 1.0))
+
+    tables = [
+        table_html("X: the inputs (rows: tokens, columns: features)", tokens, list(st.features), st.X, "X"),
+        table_html("K = X W_k: the keys", tokens, dims, st.K, "K"),
+        table_html("V = X W_v: the values", tokens, list(st.value_names), st.V, "V"),
+        table_html(f"Q = X W_q: the query of {me}", [me], dims, st.Q[query : query + 1], "Q"),
+        table_html(
+            f"Query {me}, stage by stage (columns: keys)",
+            [labels[s] for s in row_stages],
+            tokens,
+            [matrix(st, s)[query].tolist() for s in row_stages],  # each stage: the query's row only
+            "row-stages",
+            ranges=[row_range(s) for s in row_stages],
+            notes=[f"{labels[s]}: {words[s]}" for s in row_stages],
+        ),
+        table_html(f"O = A V: the output of {me}", [me], list(st.value_names), st.O[query : query + 1], "O"),
+    ]
+    return (
+        "<div class='ac-static-pipeline' style='display:flex;flex-wrap:wrap;gap:8px 18px;align-items:flex-start'>"
+        + "".join(tables)
+        + "</div>"
+    )

@@ -149,9 +149,9 @@ class SharpnessFigure:
         self.names = list(names)
         n = len(names)
         self.grid = np.asarray(grid, dtype=float)
-        self.ff = ff = FastFigure(9.4, 5.8)
+        self.ff = ff = FastFigure(9.4, 5.5)
         fig = ff.fig
-        fig.subplots_adjust(left=0.08, right=0.97, top=0.93, bottom=0.14, hspace=0.55, wspace=0.3)
+        fig.subplots_adjust(left=0.08, right=0.97, top=0.945, bottom=0.13, hspace=0.6, wspace=0.3)
         ax_w, ax_sw, ax_curve, ax_vec = fig.subplots(2, 2).flat
         colours = [KEY_COLOURS.get(k, SKY) for k in names]
 
@@ -285,7 +285,7 @@ class SharpnessExplorer(Explorer):
             description="sharpness",
             continuous_update=True,
             readout_format=".1f",
-            layout=W.Layout(width="430px"),
+            layout=W.Layout(width="300px"),
         )
         qx = W.FloatSlider(
             value=q[0], min=-1.5, max=1.5, step=0.05, description="query x", layout=W.Layout(width="300px")
@@ -318,8 +318,8 @@ class SharpnessExplorer(Explorer):
         self.image, self.readout = _image(), _readout()
         self.banner = banner = W.HTML(banner_html([self.choice]))
         follow_ups = W.HBox([W.Label("Try:"), *buttons], layout=W.Layout(flex_flow="row wrap"))
-        editors = W.HBox([W.VBox([qx, qy]), W.VBox(key_rows)])
-        self._root(banner, sharp, editors, follow_ups, self.image, self.readout)
+        editors = W.HBox([W.VBox([sharp, qx, qy]), W.VBox(key_rows)])  # the sharpness beside the keys
+        self._root(banner, editors, follow_ups, self.image, self.readout)
         self.refresh()
         self.static_png = self.image.value
         self.static_html = self.readout.value

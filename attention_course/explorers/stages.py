@@ -561,26 +561,29 @@ def _stages(example: str, causal, choices: dict[str, Choice]) -> Stages:
             choices[error.name] = fallback(error)
 
 
-def _sources(st: Stages, choices: dict[str, Choice]) -> tuple[str, str]:
-    """Banner HTML and figure footer: whose function made each step (built-ins named, with their lesson)."""
+def _sources(st: Stages, choices: dict[str, Choice], lead: str = "") -> tuple[str, str]:
+    """Banner HTML and figure footer: whose function made each step (built-ins named, with their lesson).
+
+    ``lead``: HTML that opens the banner's line (the example's name).
+    """
     steps = ["scaled_scores"]
     if not ("attention" in choices and choices["attention"].yours):
         steps += (["causal_mask", "apply_mask"] if st.causal else []) + ["softmax", "mix"]
     builtin = [n for n in steps if n not in choices]
-    html_out = banner_html(list(choices.values())) if choices else ""
+    more = []
     if builtin:
         names = ", ".join(f"<code>{n}</code> ({LESSON_OF[n]})" for n in builtin)
-        html_out += (
-            f"<div class='ac-source ac-source-builtin' style='font-size:0.9em'><b>[built-in]</b> {names}: "
-            "the course's versions, until you write yours</div>"
+        more.append(
+            f"<div class='ac-source ac-source-builtin'><b>[built-in]</b> {names}, until you write yours</div>"
         )
     diff = st.first_difference
     if diff is not None:
-        html_out += (
-            "<div class='ac-source ac-difference' style='font-size:0.9em;color:#a33c00'><b>[differs]</b> "
+        more.append(
+            "<div class='ac-source ac-difference' style='color:#a33c00'><b>[differs]</b> "
             + _code(diff.line())
             + "</div>"
         )
+    html_out = banner_html(list(choices.values()), more, lead)
     footer = "  |  ".join(
         [f"{c.name}: {c.source}" for c in choices.values()] + [f"{n}: built-in" for n in builtin]
     )

@@ -268,6 +268,32 @@ class StageFigure:
         self.prev_note = qt(
             self.ax_prev, 0.5, 0.5, self.ax_prev.transAxes, ha="center", va="center", color="#555555"
         )
+        # The stage where the head first departs from the lesson: a vermillion frame and a line under it.
+        self.departs = None  # the index of that stage (set by the stepper), None where none departs
+        self.departs_box = Rectangle(
+            (-0.012, -0.012),
+            1.024,
+            1.024,
+            transform=self.ax_now.transAxes,
+            fill=False,
+            ec=VERMILLION,
+            lw=3,
+            clip_on=False,
+            visible=False,
+        )
+        self.ax_now.add_patch(self.departs_box)
+        animated.append(self.departs_box)
+        self.departs_text = qt(
+            self.ax_all,
+            330 / self.W_PX,
+            1 - 272 / self.H_PX,
+            self.ax_all.transAxes,
+            ha="left",
+            va="baseline",
+            fontsize=FONT,
+            weight="bold",
+            color=VERMILLION,
+        )
         self.row_box = Rectangle((-0.5, -0.5), 1, 1, fill=False, ec="black", lw=3.5)
         self.row_box_inner = Rectangle((-0.5, -0.5), 1, 1, fill=False, ec="white", lw=1.4)
         self.prev_box = Rectangle((-0.5, -0.5), 1, 1, fill=False, ec="black", lw=1.5)
@@ -462,6 +488,9 @@ class StageFigure:
             prev["title"].set_text("before: Q and K")
             self.prev_note.set_text("the first stage")
         self.state_text.set_text(self.state_words(k))
+        here = k == self.departs
+        self.departs_box.set_visible(here)
+        self.departs_text.set_text("first differs from the lesson here" if here else "")
 
         # colour bar of this quantity
         lo, hi = self.limits[quantity]
@@ -632,14 +661,15 @@ class StageStepper(Explorer):
             max=len(self.stages),
             step=1,
             description="stage",
-            layout=W.Layout(width="300px"),
+            layout=W.Layout(width="260px"),
         )
         self.stage_name = W.HTML()
         chooser = W.ToggleButtons(
             options=[(self.st.label(i), i) for i in range(T)],
             value=q,
             description="query",
-            style={"button_width": "70px"},
+            style={"button_width": "70px", "description_width": "46px"},
+            layout=W.Layout(width="auto"),
         )
         self.controls = {"stage": step, "query": chooser}
         _classes(self.controls, "ac-")
@@ -648,12 +678,14 @@ class StageStepper(Explorer):
         chooser.observe(self._changed, names="value")
         self.image, self.readout = _image(), _readout()
         self.departs = departs = self._departs()
+        self.figure.departs = departs  # framed in the picture too
         steps = " -> ".join(
             f"{n + 1} {s.title}" + (" (first differs from the lesson)" if n == departs else "")
             for n, s in enumerate(self.stages)
         )
         intro = W.HTML(f"<b>{html.escape(self.st.title)}</b>: {html.escape(steps)}" + banner)
-        self._root(intro, W.HBox([step, self.stage_name]), chooser, self.image, self.readout)
+        controls = W.HBox([step, chooser], layout=W.Layout(flex_flow="row wrap", align_items="center"))
+        self._root(intro, controls, self.stage_name, self.image, self.readout)
         self.refresh()
         self.figure.prerender(q)  # every stage of the first query: the first step through them is instant
         self.static_png = self.image.value
@@ -682,7 +714,7 @@ class StageStepper(Explorer):
             else ""
         )
         self.stage_name.value = (
-            f"<b>{k + 1}. {html.escape(stage.title)}</b>: {html.escape(stage.formula)}{mark}"
-            f"<br><span class='ac-stage-state'>{html.escape(self.figure.state_words(k))}</span>"
+            f"<b>{k + 1}. {html.escape(stage.title)}</b>: {html.escape(stage.formula)}{mark} &nbsp;&mdash;&nbsp; "
+            f"<span class='ac-stage-state'>{html.escape(self.figure.state_words(k))}</span>"
         )
         self.readout.value = _pre("\n".join(stage_row_lines(self.st, stage, i)), "ac-summary")

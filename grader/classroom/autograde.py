@@ -38,14 +38,16 @@ first use, and ``ApplyVerdicts`` cleans up after the notebook.
 
 The result carries the final notebook; the coordinator writes it and the
 grades into the course (one writer for the real gradebook).
+
+This module holds the job and the first two preprocessors; the rest of a
+notebook's grading lives beside it: ``context`` (its shared state, statuses),
+``independent`` (the checks' lifecycle), ``lifecycle`` (its folders, box and
+kernels), ``verdicts`` (``ApplyVerdicts``, the graded notebook made safe to read).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -53,13 +55,28 @@ import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import gradebooks, guard, kernels, lessons, seal, servers, tamper_scan
+from grader.classroom import gradebooks, kernels, lessons, tamper_scan
+from grader.classroom.context import (
+    _CONTEXT,
+    CouldNotGrade,
+    _digest,
+    _error_output,
+    _grade_cells,
+    _new_context,
+    worst,
+)
 from grader.classroom.executors import RUN_AREA
+from grader.classroom.independent import (
+    _abandon_checks,
+    _checks_job,
+    _discard_checks,
+    _finish_checks,
+    _start_checks,
+)
 from grader.classroom.jobs import (  # noqa: F401 - re-exported
     CellResult,
     Job,
@@ -68,244 +85,30 @@ from grader.classroom.jobs import (  # noqa: F401 - re-exported
     default_protected,
     digest_of,
 )
+from grader.classroom.lifecycle import (
+    _begin_notebook,
+    _close_box,
+    _configure_kernels,
+    _drop_early_kernel,
+    _kill_kernels,
+    _start_early,
+    _stop_notebook,
+)
+from grader.classroom.trees import remove_tree
+from grader.classroom.verdicts import read_regular
 
 # nbgrader's gradebook code makes SQLAlchemy warn about its autoflush on every submission: noise
 warnings.filterwarnings("ignore", message=".*not in session.*")
 
-# ------------------------------------------------------------------ per-worker state
-
-_CONTEXT: dict[str, Any] = {}  # the job being graded (read by the preprocessors)
-
-
-# ------------------------------------------------------------------ statuses
-
-SYNTAX = ("SyntaxError", "IndentationError", "TabError")
-SEVERITY = [
-    "invalid notebook",
-    "kernel died",
-    "timed out",
-    "out of memory",
-    "exited",
-    "not verified",
-    "syntax error",
-    "not attempted",
-    "repaired",
-    "graded",
-]
-
-
-def _is_memory_error(ename: str, evalue: str) -> bool:
-    text = f"{ename} {evalue}".lower()
-    return (
-        ename in ("MemoryError", "OutOfMemoryError")
-        or "can't allocate memory" in text
-        or "out of memory" in text
-    )
-
-
-def run_status(nb: Any) -> set[str]:
-    """What happened while the kernel ran, read from the outputs of every code cell."""
-    found = set()
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        for out in cell.get("outputs", []):
-            if out.get("output_type") != "error":
-                continue
-            ename, evalue = out.get("ename", ""), str(out.get("evalue", ""))
-            if ename in SYNTAX:
-                found.add("syntax error")
-            elif ename in ("CellTimeoutError", "NotebookTimeout"):
-                found.add("timed out")
-            elif _is_memory_error(ename, evalue):
-                found.add("out of memory")
-            elif ename == "SystemExit":
-                found.add("exited")
-            elif ename == "KernelDied":
-                found.add("kernel died")
-    return found
-
-
-def worst(statuses: set[str]) -> str:
-    for s in SEVERITY:
-        if s in statuses:
-            return s
-    return "graded"
-
 
 # ------------------------------------------------------------------ preprocessors
 
-from nbformat import NotebookNode  # noqa: E402
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor  # noqa: E402
-
-
-def _error_output(ename: str, evalue: str) -> NotebookNode:
-    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
-
-
-def _grade_cells(nb: Any) -> list[Any]:
-    return [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
 
 
 def _is_test_cell(cell: Any) -> bool:
     meta = cell.metadata.get("nbgrader", {})
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
-
-
-# ------------------------------------------------------------------ plain nbgrader: a context per notebook
-
-
-def _new_context(root: Path, lesson: Any, opts: Options, deny: list, **who: Any) -> None:
-    """A fresh context for one notebook: its private folders, what it may not touch, empty records."""
-    for name in ("trusted", "scratch", "tmp"):
-        (root / name).mkdir()
-    _CONTEXT.clear()
-    _CONTEXT.update(
-        lesson=lesson,
-        options=opts,
-        root=root,
-        deny=deny,
-        flags=[],
-        notes=[],
-        cells=[],
-        phases={},
-        deadline=time.monotonic() + opts.notebook_timeout,
-        **who,
-    )
-
-
-def _digest(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
-def _begin_notebook(resources: dict, config: Any) -> bool:
-    """Set up the context of one notebook graded by plain nbgrader; False if it is not a lesson."""
-    _end_notebook()
-    info = resources.get("nbgrader") or {}
-    lesson_id = str(info.get("assignment") or "")
-    try:
-        lesson = lessons.lesson(lesson_id)
-    except (OSError, ValueError):
-        return False
-    autograded_dir = Path((resources.get("metadata") or {}).get("path") or os.getcwd()).resolve()
-    timeout = config.Execute.timeout if "timeout" in config.Execute else 60
-    # kernels forked from this process's fork servers, started at its first notebook and kept for the rest
-    opts = Options(timeout=int(timeout or 60))
-    root = Path(tempfile.mkdtemp(prefix="autograde-"))
-    deny = _protected_around(autograded_dir)
-    student = str(info.get("student") or "")
-    try:  # what the student handed in, byte for byte: the hidden cases' salt is drawn from it
-        submission = _digest(course.submission_path(lesson_id, student).read_bytes())
-    except OSError:
-        submission = ""
-    _new_context(root, lesson, opts, deny, plain=True, student=student, submission=submission)
-    _configure_kernels(root, autograded_dir, deny, opts)
-    return True
-
-
-def _end_notebook() -> None:
-    """Stop what plain nbgrader's notebook left running and delete its private folder."""
-    if not _CONTEXT.get("plain"):
-        return
-    watchdog = _CONTEXT.get("watchdog")
-    if watchdog is not None:
-        watchdog.cancel()
-    _abandon_checks()
-    _kill_kernels()
-    shutil.rmtree(_CONTEXT["root"], ignore_errors=True)
-    _close_box()
-    _CONTEXT.clear()
-
-
-def _protected_around(autograded_dir: Path) -> list[str]:
-    """What a kernel run in ``autograded_dir`` may not open: the sources, and every other part of the
-    work folder (the gradebook, other submissions, other students' autograded copies)."""
-    deny = [str(course.ROOT / "solutions")]
-    for top in {course.work_dir().resolve(), (course.ROOT / "_grading").resolve()}:
-        if not autograded_dir.is_relative_to(top) or autograded_dir == top:
-            deny.append(str(top))
-            continue
-        here = autograded_dir
-        while here != top:
-            if here.parent.is_dir():
-                deny += [str(p) for p in here.parent.iterdir() if p != here]
-            here = here.parent
-    return deny
-
-
-def _open_box(root: Path, autograded_dir: Path) -> Path:
-    """The folder where this notebook's student code may write (tmp, scratch; for a job, the autograded
-    copy too): inside the seal's area when sealed, else the private root. Records which it is."""
-    refusal = seal.unsealed_refusal()
-    if refusal is not None:
-        raise CouldNotGrade(refusal)
-    ok, why = seal.available()
-    if not ok:
-        _CONTEXT.update(box=root, isolation=f"{seal.NOT_SEALED}: {why}")
-        _CONTEXT["notes"].append(
-            f"{seal.NOT_SEALED}: {why}; the student's code ran under the in-process guard only"
-        )
-        return root
-    box = Path(tempfile.mkdtemp(prefix="job-", dir=servers.sealed_area()))
-    for name in ("tmp", "scratch", "pipes", "ipc"):
-        (box / name).mkdir()
-    if _CONTEXT.get("job"):  # nbgrader writes the autograded copy where the sealed kernel can work in it
-        (box / "autograded").mkdir()
-        autograded_dir.parents[1].symlink_to(box / "autograded", target_is_directory=True)
-    _CONTEXT.update(box=box, isolation=seal.SEALED)
-    return box
-
-
-def _close_box() -> None:
-    """Delete the notebook's sealed folder; later kernels start with the defaults again."""
-    box = _CONTEXT.get("box")
-    if box is not None and box != _CONTEXT.get("root"):
-        shutil.rmtree(box, ignore_errors=True)
-    kernels.SETTINGS = kernels.KernelSettings()
-
-
-def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: Options) -> None:
-    """How this notebook's kernel is started: its seal, guard, memory cap and private temp folder."""
-    box = _open_box(root, autograded_dir)
-    sealed = box != root
-    fork = opts.kernels == "fork"
-    workdir = None
-    if sealed and fork and not _CONTEXT.get("job"):
-        # plain nbgrader's autograded folder is not in the sealed fork server's view: the kernel works
-        # in a copy of it inside the box (links copied as links, so none leads out of the seal)
-        workdir = box / "autograded"
-        shutil.copytree(autograded_dir, workdir, symlinks=True, dirs_exist_ok=True)
-    kernel_policy = guard.policy(
-        deny=deny + [str(root / "trusted"), str(root / "scratch"), str(box / "scratch"), str(box / "pipes")],
-        write_only_in=[str(workdir or autograded_dir), str(box / "tmp"), os.devnull],
-        deny_imports=("grader",),
-    )
-    if fork:
-        kernels.SETTINGS.fork_server = servers.sealed() if sealed else servers.plain()
-        # what the lesson's cells import, loaded once in each server that forks a process to run them
-        for server in (kernels.SETTINGS.fork_server, servers.plain()):
-            server.preload(list(_CONTEXT["lesson"].imports))
-    kernels.SETTINGS.cwd = str(workdir) if workdir else None
-    kernels.SETTINGS.sealed = sealed
-    kernels.SETTINGS.area = str(box / "ipc") if sealed else None
-    kernels.SETTINGS.memory = opts.memory
-    kernels.SETTINGS.guard = kernel_policy
-    kernels.SETTINGS.handles = []
-    kernels.SETTINGS.log = str(box / "kernel.log")
-    kernels.SETTINGS.threads = opts.threads
-    kernels.SETTINGS.env = {"TMPDIR": str(box / "tmp"), "IPYTHONDIR": str(box / "tmp" / "ipython")}
-
-
-def _kill_kernels() -> None:
-    """Kill the notebook's kernels, and in the seal every process the notebook left behind."""
-    kernels.kill_all()
-    if _CONTEXT.get("isolation") == seal.SEALED and servers.SEALED is not None:
-        try:
-            servers.SEALED.reset()
-        except RuntimeError:
-            pass
 
 
 class IndependentChecks(NbGraderPreprocessor):
@@ -334,216 +137,6 @@ class IndependentChecks(NbGraderPreprocessor):
             ctx["phases"]["checks started again"] = 1
         _start_checks(ctx, job)
         return nb, resources
-
-
-def _checks_job(nb: Any) -> dict:
-    """What the trusted process is asked to decide for this notebook: its code cells as they will
-    run (test cells as nbgrader restores them, hidden blocks included), and the lesson's."""
-    ctx = _CONTEXT
-    lesson: lessons.Lesson = ctx["lesson"]
-    student_cells = []
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        meta = cell.metadata.get("nbgrader", {})
-        kind = "test" if meta.get("grade") and not meta.get("solution") else "other"
-        student_cells.append(
-            {
-                "id": cell.get("id") or f"cell-{i}",
-                "kind": kind,
-                "grade_id": meta.get("grade_id"),
-                "source": cell.source,
-            }
-        )
-    return {
-        "source_cells": [vars(c) for c in lesson.cells],
-        "student_cells": student_cells,
-        "graded_names": lesson.graded_names,
-        "cell_timeout": ctx["options"].timeout,
-        "result_path": str(ctx["root"] / "trusted" / "result.json"),
-        "salt": course.case_salt(
-            lesson.id, ctx.get("student", ""), [ctx.get("submission") or repr(nb.cells)]
-        ),
-    }
-
-
-@dataclass
-class _RunningChecks:
-    """A notebook's independent checks while they run: the trusted process, and (sealed) its sandbox."""
-
-    trusted: Any
-    sandbox: Any | None
-    started: float  # time.perf_counter()
-    until: float  # time.monotonic() by which they must end
-    trusted_dir: Path
-
-
-def _finish_checks() -> None:
-    """Wait for the independent checks started for this notebook (if any), and keep their verdicts."""
-    ctx = _CONTEXT
-    checks: _RunningChecks | None = ctx.pop("checks", None)
-    if checks is None:
-        return
-    ctx["trusted"] = _await_trusted(ctx, checks)
-    ctx["phases"]["independent checks"] = round(time.perf_counter() - checks.started, 3)
-    for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
-        ctx["phases"][f"  {k}"] = v
-
-
-def _abandon_checks() -> None:
-    """Stop the checks of a notebook that ends before they were awaited."""
-    checks: _RunningChecks | None = _CONTEXT.pop("checks", None)
-    _CONTEXT.pop("checks_job", None)
-    if checks is not None:
-        for proc in (checks.trusted, checks.sandbox):
-            if proc is not None:
-                proc.kill()
-
-
-def _discard_checks() -> None:
-    """Stop checks started on cells that are not the ones that will run, and clear what they left, so
-    that new ones start as the first did (nothing of the old ones can reach the new verdicts)."""
-    checks: _RunningChecks | None = _CONTEXT.get("checks")
-    _abandon_checks()
-    if checks is None:
-        return
-    for proc in (checks.trusted, checks.sandbox):
-        if proc is not None:
-            try:
-                proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001 - a process that outlives SIGKILL: the job's folders go with it
-                pass
-    for path in [checks.trusted_dir / "result.json", checks.trusted_dir / "result.json.tmp"]:
-        path.unlink(missing_ok=True)
-    box: Path = _CONTEXT.get("box", _CONTEXT["root"])
-    for pipe in (box / "pipes").glob("*"):
-        pipe.unlink(missing_ok=True)
-
-
-def _start_checks(ctx: dict, job: dict) -> None:
-    """Start the notebook's independent checks on ``job`` (``_checks_job``): fork the trusted process
-    (and, sealed, the student's sandbox it talks to); ``_finish_checks`` waits for their verdicts.
-
-    They run while the notebook's kernel starts (``GuardedExecute`` waits for them before the
-    kernel runs its first cell): no student code runs in the kernel until the sandbox, the other
-    process with the student's code, is gone.
-    """
-    started = time.perf_counter()
-    trusted_dir: Path = ctx["root"] / "trusted"
-    (trusted_dir / "job.json").write_text(json.dumps(job))
-    ctx["checks_job"] = job
-    opts: Options = ctx["options"]
-    root: Path = ctx["root"]
-    box: Path = ctx.get("box", root)
-    scratch = box / "scratch"
-    sealed = box != root
-    sandbox_policy = guard.policy(
-        deny=ctx["deny"] + [str(root / "course"), str(trusted_dir)],
-        write_only_in=[str(scratch), os.devnull],
-        read_only_in=_sandbox_readable() + [str(scratch)] + (["/tmp/matplotlib"] if sealed else []),
-        deny_imports=("grader",),
-        strict=True,
-    )
-    budget = max(30, opts.timeout * (len(ctx["lesson"].cells) + 4))
-    sandbox_cfg = {
-        "scratch": str(scratch),
-        "memory": opts.memory,
-        "cpu_seconds": budget + 30,
-        "guard": sandbox_policy,
-        "cell_timeout": opts.timeout,
-    }
-    box_proc = None
-    pipes = None
-    if sealed:  # the sandbox is forked in the seal; the trusted process outside talks to it by named pipes
-        pipes = {
-            "to_sandbox": str(box / "pipes" / "to_sandbox"),
-            "from_sandbox": str(box / "pipes" / "from_sandbox"),
-        }
-        for path in pipes.values():
-            os.mkfifo(path, 0o600)
-        box_proc = servers.sealed().fork(
-            "sandbox",
-            cwd=str(scratch),
-            env=_child_env(ctx),
-            pipes=pipes,
-            sandbox=sandbox_cfg,
-            log=str(box / "sandbox.log"),
-            threads=opts.threads,
-            writable=[str(scratch)],
-        )
-    proc = servers.plain().fork(
-        "trusted",
-        cwd=str(trusted_dir),
-        env=_child_env(ctx),
-        job=str(trusted_dir / "job.json"),
-        sandbox=sandbox_cfg,
-        pipes=pipes,
-        log=str(root / "trusted.log"),
-        threads=opts.threads,
-    )
-    ctx["checks"] = _RunningChecks(proc, box_proc, started, time.monotonic() + budget, trusted_dir)
-
-
-def _await_trusted(ctx: dict, checks: _RunningChecks) -> dict | None:
-    """The trusted process's verdicts, once it has ended (None if it ran past its time)."""
-    try:
-        checks.trusted.wait(timeout=max(1, min(checks.until, ctx["deadline"]) - time.monotonic()))
-    except Exception:  # noqa: BLE001 - took too long
-        checks.trusted.kill()
-        return None
-    finally:
-        if checks.sandbox is not None:
-            checks.sandbox.kill()
-    result = checks.trusted_dir / "result.json"
-    if not result.exists():
-        return None
-    return json.loads(result.read_text())
-
-
-_READABLE: list[str] = []
-
-
-def _sandbox_readable() -> list[str]:
-    """Where a sandbox may read: the Python installation, the student helpers and data, system files."""
-    if not _READABLE:
-        import site
-        import sysconfig
-
-        paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sysconfig.get_paths()["stdlib"]}
-        paths.update(site.getsitepackages())
-        import attention_course
-
-        helpers = Path(attention_course.__file__).resolve().parent
-        paths.update({str(helpers), str(helpers.parent / "data")})
-        home = Path.home()
-        paths.update({str(home / ".cache" / "matplotlib"), str(home / ".config" / "matplotlib")})
-        paths.update(
-            {
-                "/usr",
-                "/lib",
-                "/lib64",
-                "/etc",
-                "/proc",
-                "/sys",
-                os.devnull,
-                "/dev/urandom",
-                "/dev/random",
-                "/dev/zero",
-            }
-        )
-        paths.update(str(p) for p in Path("/dev").glob("nvidia*"))  # CUDA
-        if os.environ.get("ATTENTION_COURSE_DATA"):
-            paths.add(os.environ["ATTENTION_COURSE_DATA"])
-        _READABLE.extend(sorted(paths))
-    return list(_READABLE)
-
-
-def _child_env(ctx: dict) -> dict[str, str]:
-    env = kernels.kernel_env(None)
-    env["MPLBACKEND"] = "Agg"
-    env["NBGRADER_EXECUTION"] = "autograde"
-    env["TMPDIR"] = str(ctx.get("box", ctx["root"]) / "tmp")
-    return env
 
 
 class GuardedExecute(Execute):
@@ -627,293 +220,6 @@ class GuardedExecute(Execute):
                 ]
 
 
-class ApplyVerdicts(NbGraderPreprocessor):
-    """Make every test cell's outputs say the trusted verdict; flag kernel passes it failed."""
-
-    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
-        if not _CONTEXT:  # not a lesson: only what no verdict may depend on
-            for cell in _grade_cells(nb):
-                cell.outputs = _stderr_as_note(cell.get("outputs", []))
-            return nb, resources
-        try:
-            _after_student_code(resources)
-            reason = _failed_before_student_code(nb, _CONTEXT["lesson"])
-            if reason is not None:
-                _CONTEXT["could_not_grade"] = reason
-                self.log.error(
-                    "Could not be graded: %s/%s: %s", _CONTEXT.get("student"), _CONTEXT["lesson"].id, reason
-                )
-                raise CouldNotGrade(reason)
-            self._apply(nb)
-        finally:
-            if _CONTEXT.get("plain"):
-                ctx = _CONTEXT
-                who = f"{ctx['student']}/{ctx['lesson'].id}"
-                isolation = ctx.get("isolation") or "?"
-                if isolation == seal.SEALED:
-                    self.log.info("Isolation: %s: sealed", who)
-                else:
-                    self.log.warning(
-                        "Isolation: %s: %s", who, isolation.replace(seal.NOT_SEALED, "NOT SEALED", 1)
-                    )
-                for flag in ctx["flags"]:
-                    self.log.warning("Flagged for review: %s: %s", who, flag)
-                for note in ctx["notes"]:
-                    self.log.info("%s: %s", who, note)
-                _end_notebook()
-        return nb, resources
-
-    def _apply(self, nb: Any) -> None:
-        from nbgrader.utils import determine_grade
-
-        ctx = _CONTEXT
-        _finish_checks()  # if no cell ran (the kernel did not start)
-        started = ctx["phases"].pop("kernel start", None)
-        if started is not None:
-            ctx["phases"]["notebook run"] = round(time.perf_counter() - started, 3)
-        ctx["run"] = run_status(nb)
-        trusted = ctx.get("trusted")
-        verdicts = (trusted or {}).get("verdicts", {})
-        lesson: lessons.Lesson = ctx["lesson"]
-        for cell in _grade_cells(nb):
-            gid = cell.metadata["nbgrader"]["grade_id"]
-            points = float(cell.metadata["nbgrader"].get("points", 0) or 0)
-            kernel_error = _first_error(cell)
-            kernel_score, _ = determine_grade(cell, self.log)
-            kernel_passed = kernel_score is not None and kernel_score >= points
-            outputs = _stderr_as_note(cell.get("outputs", []))
-            verdict = verdicts.get(gid)
-            if verdict is None:
-                if trusted is None:
-                    reason = "this check could not be run outside the notebook (time limit)"
-                    ctx["not_verified"] = True
-                else:
-                    reason = "this check did not run outside the notebook"
-                verdict = {"passed": False, "ename": "NotVerified", "message": reason}
-            if verdict["passed"] is None:
-                # cannot be decided outside the notebook (inputs of the lesson's own that cannot leave this
-                # process; never a value of the student's): the kernel's verdict stands, for a person to review
-                ctx["flags"].append(f"{gid}: checked in the notebook only ({verdict.get('message', '')})")
-                cell.outputs = outputs
-                ctx["cells"].append(
-                    CellResult(gid, lesson.exercise_of(gid), points, 0.0, kernel_passed, None)
-                )
-                continue
-            result = CellResult(
-                grade_id=gid,
-                exercise=lesson.exercise_of(gid),
-                points=points,
-                score=0.0,
-                kernel_passed=kernel_passed,
-                trusted_passed=bool(verdict["passed"]),
-                message="" if verdict["passed"] else verdict.get("message", ""),
-                diagnosis=verdict.get("diagnosis"),
-            )
-            kept = [o for o in outputs if o.get("output_type") != "error" and not _is_score(o)]
-            if verdict["passed"]:
-                if kernel_error is not None:
-                    ename, evalue = kernel_error
-                    ctx["notes"].append(
-                        f"{gid}: failed in the notebook ({ename}), passed the independent check"
-                    )
-                    kept.append(
-                        _stream_note(
-                            f"Note: in the notebook this check raised {ename}: {evalue}\n"
-                            "It passed when checked outside the notebook, so it keeps its points."
-                        )
-                    )
-                cell.outputs = kept
-            else:
-                if kernel_passed and verdict.get("ename") != "NotVerified" and not verdict.get("hidden"):
-                    if "did not finish" in result.message or "ended its process" in result.message:
-                        ctx["notes"].append(
-                            f"{gid}: passed in the notebook, but the check outside it could not finish"
-                        )
-                    else:
-                        ctx["flags"].append(f"{gid}: passed in the notebook, failed the independent check")
-                ename = verdict.get("ename") or "AssertionError"
-                cell.outputs = kept + [_error_output(ename, result.message or ename)]
-            ctx["cells"].append(result)
-
-
-class CouldNotGrade(RuntimeError):
-    """The notebook failed before any of the student's code ran (the course package could not be
-    imported, a setup cell of the lesson's own failed): no score, the reason instead."""
-
-
-def _failed_before_student_code(nb: Any, lesson: lessons.Lesson) -> str | None:
-    """Why the lesson's own cells above the student's first cell failed, or None if they did not.
-
-    Only the lesson's leading code cells count, all of them, in the lesson's order and as the lesson
-    has them: a notebook whose cells up to the failure differ from those (a cell removed, moved,
-    edited or added) is graded as it is, since the failure may then be the student's doing."""
-    leading = []
-    for c in lesson.cells:
-        if c.kind != "context":
-            break
-        leading.append(c.source.strip())
-    code = [cell for cell in nb.cells if cell.cell_type == "code"]
-    for i, cell in enumerate(code[: len(leading)]):
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") or meta.get("grade") or cell.source.strip() != leading[i]:
-            return None
-        error = _first_error(cell)
-        if error is not None:
-            ename, evalue = error
-            what = f"cell {meta['grade_id']}" if meta.get("grade_id") else "setup cell"
-            return (
-                f"the lesson's own {what} failed before any of the student's code ran "
-                f"({ename}: {evalue.strip()[:300]}); nothing of the submission was checked"
-            )
-    return None
-
-
-def _first_error(cell: Any) -> tuple[str, str] | None:
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "error":
-            return str(out.get("ename", "")), str(out.get("evalue", ""))
-    return None
-
-
-def _is_score(output: Any) -> bool:
-    """An execute_result that nbgrader would read as partial credit."""
-    if output.get("output_type") != "execute_result":
-        return False
-    try:
-        float(output.get("data", {}).get("text/plain", ""))
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-STDERR_NOTE = "Note: your code wrote this to stderr (it does not affect the grade):"
-NOTE_LINES = 20
-NOTE_BYTES = 2048
-
-
-def _stream_note(text: str) -> NotebookNode:
-    return NotebookNode(
-        output_type="stream", name="stdout", text=text if text.endswith("\n") else text + "\n"
-    )
-
-
-def _stderr_as_note(outputs: list) -> list:
-    """The outputs with everything written to stderr turned into one short stdout note, where it began."""
-    written = "".join(
-        "".join(o.get("text", "")) if isinstance(o.get("text"), list) else str(o.get("text", ""))
-        for o in outputs
-        if o.get("output_type") == "stream" and o.get("name") == "stderr"
-    )
-    if not any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in outputs):
-        return list(outputs)
-    lines = written.splitlines()
-    shown: list[str] = []
-    size = 0
-    for line in lines[:NOTE_LINES]:
-        if size + len(line) + 1 > NOTE_BYTES:
-            line = line[: max(0, NOTE_BYTES - size)]
-            if line:
-                shown.append(line + " ...")
-            break
-        shown.append(line)
-        size += len(line) + 1
-    more = len(lines) - len(shown)
-    text = "\n".join([STDERR_NOTE, *shown] + ([f"... ({more} more lines)"] if more > 0 else []))
-    out, placed = [], False
-    for o in outputs:
-        if o.get("output_type") == "stream" and o.get("name") == "stderr":
-            if not placed:
-                out.append(_stream_note(text))
-                placed = True
-            continue
-        out.append(o)
-    return out
-
-
-# ------------------------------------------------------------------ after the student's code
-
-FILE_CAP = 64 * 1024 * 1024  # the most the worker reads of one file that student code could touch
-
-
-def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a link is never followed) of at most ``cap``
-    bytes; ``OSError`` otherwise."""
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path.name}: not a regular file")
-        if st.st_size > cap:
-            raise OSError(f"{path.name}: larger than {cap} bytes")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(cap)
-    finally:
-        os.close(fd)
-
-
-def _after_student_code(resources: dict) -> None:
-    """Once the notebook has run, before nbgrader writes anything: nothing the student started is
-    left (its kernel, and sealed, its whole namespace), and the folder nbgrader writes the graded
-    notebook into is one no student process could reach or replace.
-
-    A job's autograded folder was the sealed kernel's working folder (reached through a link
-    into the seal's area): it is replaced by a new folder outside the seal holding only what
-    nbgrader put there, taken from trusted copies (the timestamp of the job, the lesson's own
-    files from ``solutions/``). Where the kernel worked in nbgrader's own folder (not sealed),
-    every link and special file it made there is removed.
-    """
-    _drop_early_kernel()
-    _kill_kernels()
-    folder = Path((resources.get("metadata") or {}).get("path") or "")
-    if not folder.name:
-        return
-    if _CONTEXT.get("job"):
-        _fresh_autograded(folder)
-    elif _CONTEXT.get("isolation") != seal.SEALED:
-        _drop_links(folder)
-
-
-def _fresh_autograded(folder: Path) -> None:
-    """Replace a job's autograded folder by a new real one with only nbgrader's own files in it."""
-    lesson = _CONTEXT["lesson"].id
-    student_side = folder.parent
-    kept: dict[str, bytes] = {}
-    timestamp = _CONTEXT.get("timestamp")
-    if timestamp:
-        kept["timestamp.txt"] = timestamp.encode()
-    source_dir = course.ROOT / "solutions" / lesson
-    for path in source_dir.rglob("*") if source_dir.is_dir() else []:
-        rel = path.relative_to(source_dir)
-        if path.is_file() and path.suffix != ".ipynb" and os.path.lexists(folder / rel):
-            kept[str(rel)] = path.read_bytes()
-    fresh = student_side.parent / f".{student_side.name}.graded"
-    shutil.rmtree(fresh, ignore_errors=True)
-    for rel, data in kept.items():
-        target = fresh / folder.name / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    (fresh / folder.name).mkdir(parents=True, exist_ok=True)
-    if student_side.is_symlink() or not student_side.is_dir():
-        student_side.unlink()
-    else:
-        shutil.rmtree(student_side)
-    os.rename(fresh, student_side)
-
-
-def _drop_links(folder: Path) -> None:
-    """Remove every link and special file below ``folder`` (links are not followed)."""
-    for top, dirs, files in os.walk(folder, followlinks=False):
-        for name in dirs + files:
-            path = Path(top) / name
-            if path.is_symlink() or not (path.is_dir() or path.is_file()):
-                try:
-                    path.unlink()
-                except OSError:
-                    pass
-
-
 # ------------------------------------------------------------------ the job
 
 
@@ -928,44 +234,6 @@ def _as_restored(nb: Any, lesson: lessons.Lesson) -> Any:
         if rel is not None and (rel.locked or rel.is_test) and rel.cell_type == cell.cell_type:
             cell.source = rel.source
     return nb
-
-
-def _start_early(predicted: Any, autograded_dir: Path, cfg: Any) -> None:
-    """A job's head start, taken while nbgrader prepares the notebook (gradebook rows, sanitizing):
-    the independent checks on the cells as they will run, and the kernel, started (it runs nothing
-    until nbgrader gives it the notebook's cells, and no cell before the checks are done).
-
-    Checks started on other cells than nbgrader then runs are discarded and started again
-    (``IndependentChecks``); a kernel of another kind than the notebook asks for is not used.
-    """
-    ctx = _CONTEXT
-    try:
-        _start_checks(ctx, _checks_job(predicted))
-    except Exception:  # noqa: BLE001 - IndependentChecks starts them in nbgrader's run, and reports
-        _discard_checks()
-    from jupyter_core.utils import run_sync
-
-    autograded_dir.mkdir(parents=True, exist_ok=True)  # nbgrader keeps it: only its notebook is new
-    km = kernels.GuardedKernelManager(kernel_name=ctx["lesson"].kernel, config=cfg)
-    args = ["--HistoryManager.hist_file=:memory:"] if km.ipykernel else []  # as nbclient starts one
-    env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # what nbgrader sets while it executes
-    try:
-        run_sync(km.start_kernel)(extra_arguments=args, cwd=str(autograded_dir), env=env)
-    except Exception:  # noqa: BLE001 - nbclient starts one the usual way
-        return
-    ctx["kernel"] = km
-
-
-def _drop_early_kernel() -> None:
-    """Stop a kernel started early that nbgrader's run did not take (the notebook ended before)."""
-    km = _CONTEXT.pop("kernel", None)
-    if km is not None:
-        from jupyter_core.utils import run_sync
-
-        try:
-            run_sync(km.shutdown_kernel)(now=True)
-        except Exception:  # noqa: BLE001 - killed with the job's other processes right after
-            pass
 
 
 def _course_config(root: Path, lesson_id: str, options: Options, gradebook: Path) -> Any:
@@ -999,7 +267,7 @@ def _course_config(root: Path, lesson_id: str, options: Options, gradebook: Path
 AUTOGRADE_PREPROCESSORS = (
     "grader.classroom.autograde.IndependentChecks",
     "grader.classroom.autograde.GuardedExecute",
-    "grader.classroom.autograde.ApplyVerdicts",
+    "grader.classroom.verdicts.ApplyVerdicts",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -1009,7 +277,7 @@ AUTOGRADE_PREPROCESSORS = (
     "nbgrader.preprocessors.CheckCellMetadata",
 )
 # what a job leaves out: it grades into a throw-away copy of the gradebook, and the run applies
-# these two to the final notebook in the course's gradebook (grading.write_grades)
+# these two to the final notebook in the course's gradebook (grades.write_grades)
 GRADEBOOK_WRITERS = ("nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties")
 JOB_PREPROCESSORS = tuple(p for p in AUTOGRADE_PREPROCESSORS if p not in GRADEBOOK_WRITERS)
 
@@ -1037,7 +305,7 @@ def _private_gradebook() -> Path:
             _PRIVATE["area"] = Path(area)
         else:
             _PRIVATE["dir"] = _PRIVATE["area"] = Path(tempfile.mkdtemp(prefix="classroom-gradebook-"))
-        atexit.register(shutil.rmtree, _PRIVATE["dir"], True)
+        atexit.register(remove_tree, _PRIVATE["dir"])
     return _PRIVATE["dir"] / "gradebook.db"
 
 
@@ -1150,7 +418,7 @@ def grade_job(job: Job) -> JobResult:
         result.error = traceback.format_exc()[-4000:]
     finally:
         _abandon_checks()
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)
         _private_gradebook().unlink(missing_ok=True)
         _close_box()
         _CONTEXT.clear()
@@ -1281,9 +549,3 @@ def _score_cells(nb: Any, result: JobResult) -> None:
         if gid in by_id:
             by_id[gid].score = float(score or 0)
     result.score = float(sum(c.score for c in result.cells))
-
-
-def _stop_notebook() -> None:
-    """The whole notebook ran too long: kill its kernel (the executor then marks the rest)."""
-    _CONTEXT["notebook_timed_out"] = True
-    kernels.kill_all()

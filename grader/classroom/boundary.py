@@ -5,9 +5,10 @@ one grading worker. Each kernel or sandbox it forks first calls ``enter``, which
 student's code where nothing of the server, or of any other notebook, can be reached:
 
 - **its own namespaces**: a new PID namespace, made by the server for the child it is about to
-  fork (``new_pid_namespace``): its process 1 is a do-nothing ``sleep`` and the child is
+  fork (``new_pid_namespace``): its process 1 only reaps orphans (``REAPER``) and the child is
   process 2. The child then makes new mount, network, IPC and UTS namespaces (``unshare``),
-  with a ``/proc`` of its own that hides other users' processes. So the fork server, its pipes
+  with a ``/proc`` of its own that hides other users' processes, and covers the server's folder
+  so that only its own writable folders show in it (``_conceal``). So the fork server, its pipes
   and other notebooks have no process id, no ``/proc`` entry and no file descriptor the
   student can name. When the child ends, the server kills process 1, and Linux kills
   everything left in the namespace: nothing the student started outlives the notebook.
@@ -20,9 +21,13 @@ student's code where nothing of the server, or of any other notebook, can be rea
   (``seccomp_filter``) refuses the calls that reach past a namespace or into another process:
   ``ptrace``, ``process_vm_*``, ``open_by_handle_at``, mounts, ``unshare``/``setns`` and
   namespace flags of ``clone``, ``keyctl``, ``bpf``, module loading, ``perf_event_open``,
-  ``userfaultfd``, ``io_uring``, ``TIOCSTI`` and the rest of ``DENIED``.
+  ``userfaultfd``, ``io_uring``, ``TIOCSTI`` and the rest of ``seccomp.DENIED``.
 - **limits**: file size (``FILE_LIMIT``), core files off, and for the notebook's user a process
-  count (Linux counts it per user, so one notebook's processes never use up another's).
+  count (Linux counts it per user, so one notebook's processes never use up another's). Where
+  the worker may make cgroups (``make_cgroups``), each child joins one of its own
+  (``_join_cgroup``): the memory cap, the process limit and a CPU quota (the cores it may use
+  threads on) then hold for all of its processes together, its temporary files in memory
+  included, and the cgroup files are covered; elsewhere the memory cap is per process.
 
 The fork server itself is made non-dumpable (``protect_server``): even a process of the same
 user cannot open its ``/proc`` files or attach to it.
@@ -46,6 +51,17 @@ import signal
 import struct
 import sys
 
+from .seccomp import (  # noqa: F401 - seccomp_filter is this module's to offer too
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    SECCOMP_MODE_FILTER,
+    seccomp_filter,
+)
+
 # where grading runs as root, each notebook's processes get a user id of their own, drawn from this
 # range (no account has one): no other notebook's processes or files are theirs, and the process
 # limit, which Linux counts per user across the machine, is each notebook's alone
@@ -55,137 +71,9 @@ FILE_LIMIT = 256 * 1024 * 1024  # the largest file student code may write (bytes
 TMP_SIZE = 64 * 1024 * 1024  # each of a notebook's own /var/tmp and /dev/shm (memory, bytes)
 PROCESS_LIMIT = 1024  # processes and threads of a notebook's user (only where the server is root)
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWCGROUP = 0x02000000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWTIME = 0x00000080
-NAMESPACE_FLAGS = (
-    CLONE_NEWNS
-    | CLONE_NEWCGROUP
-    | CLONE_NEWUTS
-    | CLONE_NEWIPC
-    | CLONE_NEWUSER
-    | CLONE_NEWPID
-    | CLONE_NEWNET
-    | CLONE_NEWTIME
-)
 MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 0x4000, 0x40000, 0x2, 0x4, 0x8, 0x1000
+MS_RDONLY, MS_REMOUNT = 0x1, 0x20
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
-SECCOMP_MODE_FILTER = 2
-TIOCSTI = 0x5412
-
-# the calls student code never needs, by architecture: (audit arch, {name: number}, clone, clone3, ioctl)
-_X86_64 = {
-    "ptrace": 101,
-    "process_vm_readv": 310,
-    "process_vm_writev": 311,
-    "process_madvise": 440,
-    "pidfd_getfd": 438,
-    "kcmp": 312,
-    "name_to_handle_at": 303,
-    "open_by_handle_at": 304,
-    "mount": 165,
-    "umount2": 166,
-    "pivot_root": 155,
-    "chroot": 161,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "move_mount": 429,
-    "open_tree": 428,
-    "mount_setattr": 442,
-    "unshare": 272,
-    "setns": 308,
-    "keyctl": 250,
-    "add_key": 248,
-    "request_key": 249,
-    "bpf": 321,
-    "init_module": 175,
-    "finit_module": 313,
-    "delete_module": 176,
-    "kexec_load": 246,
-    "kexec_file_load": 320,
-    "perf_event_open": 298,
-    "userfaultfd": 323,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "reboot": 169,
-    "swapon": 167,
-    "swapoff": 168,
-    "acct": 163,
-    "syslog": 103,
-    "iopl": 172,
-    "ioperm": 173,
-    "quotactl": 179,
-    "lookup_dcookie": 212,
-    "settimeofday": 164,
-    "clock_settime": 227,
-    "adjtimex": 159,
-    "clock_adjtime": 305,
-    "vhangup": 153,
-    "uselib": 134,
-}
-_AARCH64 = {
-    "ptrace": 117,
-    "process_vm_readv": 270,
-    "process_vm_writev": 271,
-    "process_madvise": 440,
-    "pidfd_getfd": 438,
-    "kcmp": 272,
-    "name_to_handle_at": 264,
-    "open_by_handle_at": 265,
-    "mount": 40,
-    "umount2": 39,
-    "pivot_root": 41,
-    "chroot": 51,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "move_mount": 429,
-    "open_tree": 428,
-    "mount_setattr": 442,
-    "unshare": 97,
-    "setns": 268,
-    "keyctl": 219,
-    "add_key": 217,
-    "request_key": 218,
-    "bpf": 280,
-    "init_module": 105,
-    "finit_module": 273,
-    "delete_module": 106,
-    "kexec_load": 104,
-    "kexec_file_load": 294,
-    "perf_event_open": 241,
-    "userfaultfd": 282,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "reboot": 142,
-    "swapon": 224,
-    "swapoff": 225,
-    "acct": 89,
-    "syslog": 116,
-    "quotactl": 60,
-    "lookup_dcookie": 18,
-    "settimeofday": 170,
-    "clock_settime": 112,
-    "adjtimex": 171,
-    "clock_adjtime": 266,
-    "vhangup": 58,
-}
-ARCHES = {
-    "x86_64": (0xC000003E, _X86_64, 56, 435, 16),
-    "aarch64": (0xC00000B7, _AARCH64, 220, 435, 29),
-}
-DENIED = sorted(_X86_64)
-
 try:
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:  # not Linux: grading is not sealed there anyway
@@ -204,61 +92,6 @@ def _check(result: int, what: str) -> None:
 
 def _prctl(option: int, arg: int = 0) -> int:
     return _LIBC.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-
-
-# ---------------------------------------------------------------- the seccomp filter
-
-
-def seccomp_filter(machine: str | None = None) -> bytes | None:
-    """The classic-BPF program (``struct sock_filter[]``) of the notebook's seccomp filter, or
-    None on an architecture this module has no numbers for.
-
-    Every call of ``DENIED`` fails with EPERM, as does ``clone`` with a namespace flag and
-    ``ioctl(TIOCSTI)``; ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot
-    read; the C library then falls back to ``clone``); calls of another architecture's ABI
-    (x32, i386) fail with EPERM. Everything else is allowed.
-    """
-    arch = ARCHES.get(machine or platform.machine())
-    if arch is None:
-        return None
-    audit_arch, numbers, clone, clone3, ioctl = arch
-    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-    ALLOW, DENY, NOSYS = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
-    prog: list[tuple] = []  # (code, jump-true label or 0, jump-false label or 0, k)
-
-    def jump(code: int, k: int, yes: object = 0, no: object = 0) -> None:
-        prog.append((code, yes, no, k))
-
-    jump(LD, 4)  # seccomp_data.arch
-    jump(JEQ, audit_arch, 0, "deny")
-    jump(LD, 0)  # seccomp_data.nr
-    if audit_arch == 0xC000003E:
-        jump(JGE, 0x40000000, "deny", 0)  # the x32 ABI
-    for nr in sorted(numbers.values()):
-        jump(JEQ, nr, "deny", 0)
-    jump(JEQ, clone3, "nosys", 0)
-    jump(JEQ, clone, "clone", 0)
-    jump(JEQ, ioctl, "ioctl", 0)
-    jump(RET, ALLOW)
-    labels = {"clone": len(prog)}
-    jump(LD, 16)  # args[0], low half: the flags
-    jump(JSET, NAMESPACE_FLAGS, "deny", 0)
-    jump(RET, ALLOW)
-    labels["ioctl"] = len(prog)
-    jump(LD, 24)  # args[1], low half: the request
-    jump(JEQ, TIOCSTI, "deny", 0)
-    jump(RET, ALLOW)
-    labels["nosys"] = len(prog)
-    jump(RET, NOSYS)
-    labels["deny"] = len(prog)
-    jump(RET, DENY)
-    out = b""
-    for i, (code, yes, no, k) in enumerate(prog):
-        jt = labels[yes] - i - 1 if isinstance(yes, str) else yes
-        jf = labels[no] - i - 1 if isinstance(no, str) else no
-        assert 0 <= jt < 256 and 0 <= jf < 256
-        out += struct.pack("=HBBI", code, jt, jf, k)
-    return out
 
 
 def _install_seccomp(program: bytes) -> None:
@@ -339,6 +172,112 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
+# ---------------------------------------------------------------- a cgroup per notebook
+
+CGROUPS: list[str] = []  # the worker's cgroup folders (memory, pids), bound into the seal writable
+CGROUP_NAME: str | None = None  # set by the server just before it forks a child: that child's cgroup
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_parents() -> list[tuple[str, set[str]]]:
+    """This process's own cgroup folders and the controllers of each that a notebook is held by
+    (memory, pids, cpu): cgroup v1 has one hierarchy per controller, v2 one for all (where the
+    controllers are enabled for its children)."""
+    found = []
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and os.path.exists(f"{CGROUP_ROOT}/cgroup.controllers"):
+            folder = CGROUP_ROOT + path.rstrip("/")
+            try:
+                enabled = set(open(f"{folder}/cgroup.subtree_control").read().split())
+            except OSError:
+                continue
+            if {"memory", "pids"} <= enabled:
+                found.append((folder, enabled & {"memory", "pids", "cpu"}))
+        held = set(controllers.split(",")) & {"memory", "pids", "cpu"}
+        if held:
+            found.append((f"{CGROUP_ROOT}/{controllers}{path.rstrip('/')}", held))
+    return found
+
+
+def make_cgroups() -> list[str]:
+    """In a worker, before its sealed fork server starts: a cgroup folder of its own under each
+    controller's, where each notebook's processes get a child cgroup (``_join_cgroup``), so that the
+    memory cap holds for all of a notebook's processes together (its tmpfs pages too) and its process
+    count is its own. Empty where this process may not make cgroups: the caps are then per process."""
+    made: list[str] = []
+    parents = _cgroup_parents()
+    if not {"memory", "pids"} <= set().union(*(held for _, held in parents)):
+        return []
+    for parent, _ in parents:
+        for old in os.listdir(parent) if os.access(parent, os.W_OK) else []:
+            pid = old.split("-")[2] if old.startswith("attention-course-") else ""
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):  # a worker that was stopped
+                remove_cgroups([f"{parent}/{old}"])
+        folder = f"{parent}/attention-course-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            os.mkdir(folder, 0o755)
+        except OSError:
+            remove_cgroups(made)
+            return []
+        made.append(folder)
+    return made
+
+
+def remove_cgroups(folders: list[str], names: set[str] | None = None) -> set[str]:
+    """Remove the notebooks' cgroups ``names`` (their processes have ended), or, with no names, every
+    notebook's cgroup and the folders themselves. Returns the names still there (busy a moment
+    longer, while their processes end): the next call tries them again."""
+    left: set[str] = set()
+    for folder in folders:
+        try:
+            present = [n for n in os.listdir(folder) if n.startswith("notebook-")]
+        except OSError:
+            continue
+        for name in present if names is None else sorted(names & set(present)):
+            try:
+                os.rmdir(os.path.join(folder, name))
+            except OSError:
+                left.add(name)
+        if names is None:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
+    return left
+
+
+def _join_cgroup(memory: int | None, cpus: int) -> None:
+    """In a child of the sealed fork server, still privileged: a cgroup of this notebook's own, with
+    its memory cap (swap included), process limit and CPU quota (``cpus`` cores at most), that every
+    process it starts stays in. Then the cgroup files are covered: no one else's show."""
+    period = 100_000
+    for parent in CGROUPS:
+        mine = f"{parent}/{CGROUP_NAME or 'notebook-' + os.urandom(6).hex()}"
+        os.mkdir(mine, 0o755)
+        settings = [
+            ("memory.max", str(memory), "memory.limit_in_bytes", str(memory)),
+            ("memory.swap.max", "0", "memory.memsw.limit_in_bytes", str(memory)),
+            ("pids.max", str(PROCESS_LIMIT), "pids.max", str(PROCESS_LIMIT)),
+            ("cpu.max", f"{cpus * period} {period}", "cpu.cfs_quota_us", str(cpus * period)),
+        ]
+        for v2, v2_value, v1, v1_value in settings:
+            if v2.startswith("memory") and not memory:
+                continue
+            for name, value in ((v2, v2_value), (v1, v1_value)):
+                if os.path.exists(f"{mine}/{name}"):
+                    _write(f"{mine}/{name}", value)
+                    break
+        _write(f"{mine}/cgroup.procs", "0")
+    if CGROUPS and os.path.isdir(CGROUP_ROOT):
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        _check(_LIBC.mount(b"tmpfs", CGROUP_ROOT.encode(), b"tmpfs", flags, b"size=4096"), "cover cgroups")
+
+
 # ---------------------------------------------------------------- entering
 
 
@@ -354,13 +293,28 @@ def available() -> bool:
 
 
 _OWN_PID_NS: int | None = None  # the fork server's own PID namespace (an open descriptor)
-SLEEPER = "/usr/bin/sleep"  # what process 1 of a namespace the server makes runs: nothing at all
+AREA: str | None = None  # the sealed fork server's folder (every job's): a child sees only its own part
+# process 1 of a namespace the server makes: reaps what the student's processes leave and does
+# nothing else (``python -I -S``: no site, no environment, no descriptor of the server's)
+REAPER = """\
+import os, signal
+for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # process 1 leaves only when killed
+    signal.signal(number, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+while True:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+    signal.sigwait({signal.SIGCHLD})
+"""
 
 
 def new_pid_namespace() -> int | None:
     """In the (root) fork server, just before it forks a process for student code: make the next
     child of this process the second process of a new PID namespace whose process 1 is a
-    do-nothing process spawned now (``SLEEPER``, no descriptor of the server's). Returns that
+    process spawned now that only reaps (``REAPER``, no descriptor of the server's). Returns that
     process's pid, which the server kills when the child ends (and with it the namespace); None
     where this process cannot (not root): the child then makes its namespace itself (``enter``).
 
@@ -368,7 +322,7 @@ def new_pid_namespace() -> int | None:
     code that signals itself ends as it would anywhere. Made here, the namespace costs no fork
     of the server's memory beyond the child's own."""
     global _OWN_PID_NS
-    if os.geteuid() != 0 or not available() or not os.path.exists(SLEEPER):
+    if os.geteuid() != 0 or not available() or not os.path.exists(sys.executable):
         return None
     if _OWN_PID_NS is None:
         _OWN_PID_NS = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -378,7 +332,8 @@ def new_pid_namespace() -> int | None:
     null = (os.O_RDWR, 0)
     actions = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, *null) for fd in (0, 1, 2)]
     try:
-        return os.posix_spawn(SLEEPER, [SLEEPER, "infinity"], {}, file_actions=actions, setsid=True)
+        argv = [sys.executable, "-I", "-S", "-c", REAPER]
+        return os.posix_spawn(sys.executable, argv, {}, file_actions=actions, setsid=True)
     except OSError:
         _LIBC.setns(_OWN_PID_NS, CLONE_NEWPID)
         return None
@@ -391,7 +346,9 @@ def restore_pid_namespace() -> None:
         _LIBC.setns(_OWN_PID_NS, CLONE_NEWPID)
 
 
-def enter(writable: list[str], in_new_pid_namespace: bool = False) -> None:
+def enter(
+    writable: list[str], in_new_pid_namespace: bool = False, memory: int | None = None, cpus: int = 0
+) -> None:
     """Called in a process just forked (one thread) to run student code: make the notebook's
     boundary and return inside it, unprivileged. The calling process becomes the proxy that the
     fork server knows (it never returns). Raises ``BoundaryError`` if any step fails: then no
@@ -400,16 +357,20 @@ def enter(writable: list[str], in_new_pid_namespace: bool = False) -> None:
         raise BoundaryError("no C library to make a boundary with")
     if in_new_pid_namespace:  # the server made it (``new_pid_namespace``): the rest is this process's
         _check(_LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
-        _inside(True, writable, None)
+        _inside(True, writable, None, memory, cpus)
         return
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     root = os.geteuid() == 0 and _LIBC.unshare(flags) == 0
     if not root:  # not root, or root without the capabilities: a user namespace of the same user
         _check(_LIBC.unshare(flags | CLONE_NEWUSER), "unshare")
+        # the server is non-dumpable (``protect_server``), and so is this fork of it: its /proc files
+        # belong to root until it is dumpable again, for as long as it takes to write its maps
+        _prctl(PR_SET_DUMPABLE, 1)
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        _prctl(PR_SET_DUMPABLE, 0)
     ready_r, ready_w = os.pipe()
     alive_r, alive_w = os.pipe()  # held open by the proxy for as long as it lives
     pid = os.fork()
@@ -420,7 +381,7 @@ def enter(writable: list[str], in_new_pid_namespace: bool = False) -> None:
     os.close(ready_r)
     os.close(alive_w)
     try:
-        _inside(root, writable, alive_r)
+        _inside(root, writable, alive_r, memory, cpus)
     except BaseException as e:  # noqa: BLE001 - whatever failed, no student code runs
         os.write(ready_w, f"{type(e).__name__}: {e}".encode()[:500])
         os._exit(70)
@@ -434,10 +395,33 @@ def enter(writable: list[str], in_new_pid_namespace: bool = False) -> None:
         _leave_with(student)
 
 
+def _conceal(area: str | None, writable: list[str]) -> None:
+    """Cover the fork server's folder (every job's: the graded notebook, the trusted side's pipes,
+    logs) with an empty one, and show again in it only this process's writable folders. The
+    working folder is entered again, so no relative path leads to what is covered."""
+    if not area or not os.path.isdir(area):
+        return
+    area = os.path.realpath(area)
+    inside = [os.path.realpath(w) for w in writable]
+    cwd = os.getcwd()
+    kept = [
+        (w, os.open(w, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        for w in sorted(set(inside))
+        if w.startswith(area + "/") and os.path.isdir(w)
+    ]
+    options = b"size=1048576,nr_inodes=1024,mode=0755"
+    _check(_LIBC.mount(b"tmpfs", area.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "tmpfs on the area")
+    for w, fd in kept:
+        os.makedirs(w, 0o755, exist_ok=True)
+        _check(_LIBC.mount(f"/proc/self/fd/{fd}".encode(), w.encode(), None, MS_BIND | MS_REC, None), "bind")
+        os.close(fd)
+    os.chdir(cwd)
+
+
 def _private_tmp(owner: tuple[int, int] | None) -> None:
     """Fresh ``/var/tmp``, ``/dev/shm`` and matplotlib's folder (``/tmp/matplotlib``, with the font
     list copied, so no cell rebuilds it) for this notebook alone. ``/tmp`` itself stays the seal's:
-    the worker's area is bound below it, and nobody may write there (its TMPDIR is its own)."""
+    the worker's area is bound below it; it is made read-only here (its TMPDIR is its own)."""
     fonts = {}
     mpl = "/tmp/matplotlib"
     if os.path.isdir(mpl):
@@ -461,6 +445,20 @@ def _private_tmp(owner: tuple[int, int] | None) -> None:
             f.write(data)
     if owner is not None:
         _give([mpl], *owner)
+    if os.path.ismount("/tmp"):
+        _read_only("/tmp")  # where grading is not root, the notebook's user could write there otherwise
+
+
+def _read_only(path: str) -> None:
+    """Make the mount at ``path`` read-only in this mount namespace (its flags kept, as Linux requires
+    in a user namespace); the mounts below it stay as they are."""
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+    have = os.statvfs(path).f_flag
+    for st, ms in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)):
+        flags |= ms if have & st else 0
+    for st, ms in ((os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000)):
+        flags |= ms if have & st else 0
+    _check(_LIBC.mount(None, path.encode(), None, flags, None), f"read-only {path}")
 
 
 def _private_ptys() -> None:
@@ -474,10 +472,13 @@ def _private_ptys() -> None:
         _check(_LIBC.mount(b"/dev/pts/ptmx", b"/dev/ptmx", None, MS_BIND, None), "bind /dev/ptmx")
 
 
-def _inside(root: bool, writable: list[str], alive: int | None) -> None:
-    """In the notebook's PID namespace: its own /proc and temporary folders, no privilege, the
-    filter."""
+def _inside(
+    root: bool, writable: list[str], alive: int | None, memory: int | None = None, cpus: int = 0
+) -> None:
+    """In the notebook's PID namespace: its own cgroup, /proc and temporary folders, no privilege,
+    the filter."""
     _check(_LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _join_cgroup(memory, cpus or os.cpu_count() or 1)
     # a /proc of this namespace only; where Linux refuses a new one (a user namespace inside
     # bubblewrap's, whose /proc has covered parts) the old one stays: it lists pids of the seal
     # that this namespace cannot name, and the fork server is non-dumpable
@@ -485,6 +486,7 @@ def _inside(root: bool, writable: list[str], alive: int | None) -> None:
     proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     if _LIBC.mount(b"proc", b"/proc", b"proc", proc_flags, b"hidepid=2") != 0:
         _LIBC.mount(b"proc", b"/proc", b"proc", proc_flags, None)
+    _conceal(AREA, writable)
     user = UID_BASE + int.from_bytes(os.urandom(3), "little") % UID_RANGE if root else None
     _private_tmp((user, user) if user is not None else None)
     if user is not None:

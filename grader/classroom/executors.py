@@ -352,9 +352,9 @@ class LocalExecutor(Executor):
 
     def _remove_run_area(self) -> None:
         if self._area is not None:
-            import shutil
+            from grader.classroom.trees import remove_tree
 
-            shutil.rmtree(self._area, ignore_errors=True)
+            remove_tree(self._area)
             self._area = None
 
 

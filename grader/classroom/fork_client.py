@@ -202,6 +202,7 @@ class ForkServer:
         self._unread = 0  # answers to preload requests not read yet
         self.preloaded: set[str] = set()  # modules asked for since it started
         self.sealed_area = sealed_area
+        self.cgroups: list[str] | None = None  # sealed: the cgroup folders its notebooks' cgroups go in
         # forks only trusted processes that talk to a sealed sandbox (and loads the checks to fork them)
         self.trusted_only = trusted_only and sealed_area is None
 
@@ -235,12 +236,20 @@ class ForkServer:
         env.setdefault("MPLBACKEND", "Agg")
         cmd = plain_command(self.trusted_only)
         if self.sealed_area is not None:
-            from grader.classroom import seal
+            from grader.classroom import boundary, seal
 
             env = seal.sealed_env(env)
+            if self.cgroups is None:
+                self.cgroups = boundary.make_cgroups()
             cmd = seal.command(
-                [sys.executable, "-m", f"{seal.RUNTIME_PACKAGE}.fork_server", "--sealed"],
-                writable=[self.sealed_area],
+                [
+                    sys.executable,
+                    "-m",
+                    f"{seal.RUNTIME_PACKAGE}.fork_server",
+                    "--sealed",
+                    f"--cgroups={':'.join(self.cgroups)}",
+                ],
+                writable=[self.sealed_area, *self.cgroups],
                 cwd=self.sealed_area,
                 env=env,
             )
@@ -383,3 +392,8 @@ class ForkServer:
             except Exception:  # noqa: BLE001
                 self._proc.kill()
             self._proc = None
+        if self.cgroups:
+            from grader.classroom import boundary
+
+            boundary.remove_cgroups(self.cgroups)
+            self.cgroups = None

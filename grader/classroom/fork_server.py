@@ -89,6 +89,9 @@ def _reap(*_: Any) -> None:
             continue
         _children.discard(pid)
         _exited[pid] = os.waitstatus_to_exitcode(status)
+        cgroup = _cgroup_of.pop(pid, None)
+        if cgroup is not None:
+            _ended_cgroups.add(cgroup)
         init = _inits.pop(pid, None)
         if init is not None:  # not reaped yet (it never ends by itself): the pid is still its own
             try:
@@ -98,6 +101,8 @@ def _reap(*_: Any) -> None:
 
 
 _children: set[int] = set()
+_cgroup_of: dict[int, str] = {}  # a child's cgroup (sealed, where the worker made cgroups)
+_ended_cgroups: set[str] = set()  # cgroups of children that ended, to be removed
 _inits: dict[int, int] = {}  # a child's PID namespace's process 1 (sealed, root): killed when the child ends
 _IN_NEW_PID_NS = False  # in a child: forked into a PID namespace the server made for it
 _exited: dict[int, int] = {}  # exit codes of children that ended (polled by a sealed fork server's worker)
@@ -153,7 +158,10 @@ def _enter_boundary(req: dict) -> None:
     if "--sealed" in sys.argv:
         from . import boundary
 
-        boundary.enter([p for p in req.get("writable") or [] if p], in_new_pid_namespace=_IN_NEW_PID_NS)
+        memory = req.get("memory") or (req.get("sandbox") or {}).get("memory")
+        writable = [p for p in req.get("writable") or [] if p]
+        cpus = int(req.get("threads") or 0)  # as many cores as it may use threads (0: all)
+        boundary.enter(writable, in_new_pid_namespace=_IN_NEW_PID_NS, memory=memory, cpus=cpus)
         tmp = os.environ.get("TMPDIR")
         if tmp and os.path.isdir(tmp) and os.access(tmp, os.W_OK):
             os.environ["HOME"] = tmp  # the seal's /tmp is not the notebook's to write in
@@ -374,6 +382,9 @@ def serve(load_checks: Any = None) -> None:
         from . import boundary
 
         boundary.protect_server()  # nothing of the same user can open its /proc files or attach to it
+        boundary.AREA = os.getcwd()  # the seal's writable folder: each child sees only its own part
+        cgroups = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--cgroups=")), "")
+        boundary.CGROUPS = [c for c in cgroups.split(":") if c]  # each child makes one of its own there
     _freeze()
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker, which closes us
@@ -465,10 +476,13 @@ def _answer(req: dict, trusted_only: bool) -> dict:
         return {"error": why}
     # no reaping between fork() and noting the child: its exit code must not be lost or stale
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-    init = None
+    init = cgroup = None
     if "--sealed" in sys.argv and role in (_run_kernel, _run_sandbox):
         from . import boundary
 
+        if boundary.CGROUPS:  # the cgroups of notebooks that ended; one named for the next child
+            _ended_cgroups.intersection_update(boundary.remove_cgroups(boundary.CGROUPS, _ended_cgroups))
+            cgroup = boundary.CGROUP_NAME = f"notebook-{os.urandom(6).hex()}"
         init = boundary.new_pid_namespace()
     pid = os.fork()
     if pid != 0 and init is not None:
@@ -497,6 +511,8 @@ def _answer(req: dict, trusted_only: bool) -> dict:
     _children.add(pid)
     if init is not None:
         _inits[pid] = init
+    if cgroup is not None:
+        _cgroup_of[pid] = cgroup
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     return {"pid": pid}
 

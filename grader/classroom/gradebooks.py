@@ -28,6 +28,10 @@ def reuse_engines() -> None:
     between jobs is opened afresh by the next one. nbgrader's notebook metadata check, which
     re-checks its own schema at every cell, checks it once.
     """
+    import os
+
+    if os.environ.get("ATTENTION_COURSE_NBGRADER_AS_IS"):  # benchmarks/gradebook_patch.py's baseline
+        return
     from nbgrader import api
     from nbgrader.nbgraderformat import common
 

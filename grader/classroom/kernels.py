@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from traitlets import DottedObjectName, Type, default
 
 from grader.classroom import seal
 from grader.classroom.servers import kernel_env
+from grader.classroom.trees import remove_tree
 
 
 @dataclass
@@ -200,7 +200,7 @@ class GuardedKernelManager(AsyncKernelManager):
         if not restart:
             for folder in (self._own_area, self._sealed_dir):
                 if folder:
-                    shutil.rmtree(folder, ignore_errors=True)
+                    remove_tree(folder)
 
     cleanup_resources = _async_cleanup_resources
 

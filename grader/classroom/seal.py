@@ -48,6 +48,7 @@ RUNTIME_MODULES = (
     "sandbox.py",
     "fork_server.py",
     "kernel_launcher.py",
+    "seccomp.py",
     "boundary.py",
 )
 SEALED = "sealed"

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from grader.classroom import seal
 from grader.classroom.executors import RUN_AREA
 from grader.classroom.fork_client import ForkServer, plain_command
+from grader.classroom.trees import remove_tree
 
 # the Unix socket of the trusted-only fork server that a grading run shares among its workers
 SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"
@@ -95,7 +95,7 @@ class SharedTrusted:
                 start_new_session=True,
             )
         except OSError:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            remove_tree(self.folder)
             raise
         finally:
             listener.close()  # the server holds it now: connections queue until it serves them
@@ -113,7 +113,7 @@ class SharedTrusted:
         except Exception:  # noqa: BLE001 - it did not end in time
             self._proc.kill()
             self._proc.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_tree(self.folder)
 
 
 def share_trusted(workers: int) -> SharedTrusted | None:
@@ -127,8 +127,15 @@ def share_trusted(workers: int) -> SharedTrusted | None:
         return None  # each worker starts its own, as with one worker
 
 
+AREA_BYTES = 1 << 30  # where grading runs as root: the most a worker's area holds (in memory)
+
+
 def sealed_area() -> str:
-    """This worker's folder that the seal shows (read-write): one sub-folder per job, removed after it."""
+    """This worker's folder that the seal shows (read-write): one sub-folder per job, removed after it.
+
+    Where grading runs as root it is a file system in memory of its own (``AREA_BYTES``), so no
+    notebook can fill the machine's disk; the pages a notebook writes count against its own memory
+    cap (its cgroup). Elsewhere it is a folder on disk."""
     global _AREA
     if _AREA is None:
         parent = Path(seal.short_tmp()) / f"classroom-sealed-{os.getuid()}"
@@ -136,10 +143,30 @@ def sealed_area() -> str:
         for old in parent.iterdir():  # areas of workers that were stopped without cleaning up
             pid = old.name.split("-")[0]
             if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(old, ignore_errors=True)
+                _drop_area(str(old))
         _AREA = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
-        atexit.register(shutil.rmtree, _AREA, True)
+        if os.geteuid() == 0 and seal.available()[0]:
+            options = f"size={AREA_BYTES},mode=0700".encode()
+            # where Linux refuses (a container that may not mount), the area stays on disk
+            _libc().mount(b"tmpfs", _AREA.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+        atexit.register(_drop_area, _AREA)
     return _AREA
+
+
+MS_NOSUID, MS_NODEV, MNT_DETACH = 0x2, 0x4, 0x2
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _drop_area(area: str) -> None:
+    """Remove a worker's area, whatever its notebooks left there (its file system with it)."""
+    if os.path.ismount(area):
+        _libc().umount2(area.encode(), MNT_DETACH)
+    remove_tree(area)
 
 
 def sealed() -> ForkServer:

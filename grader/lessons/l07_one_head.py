@@ -148,6 +148,22 @@ def _scaled_kq(Q, K):
     return (K @ Q.transpose(-2, -1)) / math.sqrt(Q.shape[-1])
 
 
+def _scaled_by_dv(soft):
+    """attention with the scores divided by sqrt(d_v), the width of V, instead of sqrt(d_k)."""
+
+    def attention(Q, K, V, mask=None):
+        return _attention_via(lambda Q, K: scores(Q, K) / math.sqrt(V.shape[-1]), soft=soft)(Q, K, V, mask)
+
+    return attention
+
+
+SCALED_BY_DV = "the scores are divided by sqrt(d_v) instead of sqrt(d_k)"
+SCALED_BY_DV_HINT = (
+    "The scale is the width of the queries and keys, d_k = Q.shape[-1]; the width of the values, d_v, "
+    "plays no part in the scores."
+)
+
+
 # (name, hint, how, example): each mistake made with the course's softmax and with torch.softmax,
 # which gives NaN for a query with no allowed key
 _ATTENTION_TRAPS = [
@@ -238,6 +254,15 @@ ATTENTION = Exercise(
             for name, hint, how, example in _ATTENTION_TRAPS
             for soft in (softmax, _nan_softmax)
         ],
+        *[
+            Trap(
+                SCALED_BY_DV,
+                SCALED_BY_DV_HINT,
+                _scaled_by_dv(soft),
+                example="S = Q @ K.mT / math.sqrt(V.shape[-1])",
+            )
+            for soft in (softmax, _nan_softmax)
+        ],
     ],
 )
 
@@ -255,9 +280,11 @@ def _self_cases(device: torch.device) -> list[Case]:
 
 
 def _self_variant(*, scale=None, causal_flip=False, invert=False, soft=softmax, flag=None):
+    """self_attention with one mistake; ``scale(X, Q, V)`` is what the scores are divided by."""
+
     def self_attention(X, W_q, W_k, W_v, causal=True):
         Q, K, V = X @ W_q, X @ W_k, X @ W_v
-        S = scores(Q, K) / (scale(X, Q) if scale else math.sqrt(Q.shape[-1]))
+        S = scores(Q, K) / (scale(X, Q, V) if scale else math.sqrt(Q.shape[-1]))
         if (causal != causal_flip) if flag is None else flag:
             allowed = causal_mask(X.shape[-2], X.device)
             S = S.masked_fill(allowed if invert else ~allowed, NEG_INF)
@@ -277,7 +304,7 @@ SELF_ATTENTION = Exercise(
         Trap(
             "the scores are divided by sqrt(d_model)",
             "The scale belongs to the head: divide by sqrt(d_k), the width of Q and K, not of X.",
-            _self_variant(scale=lambda X, Q: math.sqrt(X.shape[-1])),
+            _self_variant(scale=lambda X, Q, V: math.sqrt(X.shape[-1])),
             example="S = Q @ K.mT / math.sqrt(X.shape[-1])",
         ),
         *same_mistake(
@@ -297,8 +324,14 @@ SELF_ATTENTION = Exercise(
         Trap(
             "the scores are not scaled",
             "Divide Q K^T by sqrt(d_k) before the softmax.",
-            _self_variant(scale=lambda X, Q: 1.0),
+            _self_variant(scale=lambda X, Q, V: 1.0),
             example="S = Q @ K.mT",
+        ),
+        Trap(
+            SCALED_BY_DV,
+            SCALED_BY_DV_HINT,
+            _self_variant(scale=lambda X, Q, V: math.sqrt(V.shape[-1])),
+            example="S = Q @ K.mT / math.sqrt(V.shape[-1])",
         ),
     ],
 )
@@ -346,6 +379,14 @@ CROSS_ATTENTION = Exercise(
             "Divide Q K^T by sqrt(d_k) before the softmax.",
             lambda Xd, Xe, W_q, W_k, W_v: softmax(scores(Xd @ W_q, Xe @ W_k)) @ (Xe @ W_v),
             example="A = softmax(Q @ K.mT)",
+        ),
+        Trap(
+            SCALED_BY_DV,
+            SCALED_BY_DV_HINT,
+            lambda Xd, Xe, W_q, W_k, W_v: (
+                softmax(scores(Xd @ W_q, Xe @ W_k) / math.sqrt(W_v.shape[-1])) @ (Xe @ W_v)
+            ),
+            example="S = Q @ K.mT / math.sqrt(V.shape[-1])",
         ),
     ],
 )

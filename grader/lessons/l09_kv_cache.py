@@ -115,6 +115,16 @@ def _step_variant(
     return step
 
 
+def _scaled_by_dv(x_t, K_cache, V_cache, W_q, W_k, W_v):
+    q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
+    K, V = torch.cat([K_cache, k], dim=-2), torch.cat([V_cache, v], dim=-2)
+    A = softmax(q @ K.transpose(-2, -1) / math.sqrt(v.shape[-1]))
+    return A @ V, K, V
+
+
+SCALED_BY_DV = "the scores were scaled by sqrt(d_v) instead of sqrt(d_k)"
+
+
 def _scaled_by_cache_length(x_t, K_cache, V_cache, W_q, W_k, W_v):
     q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
     K, V = torch.cat([K_cache, k], dim=-2), torch.cat([V_cache, v], dim=-2)
@@ -161,6 +171,13 @@ KV_CACHE_STEP = Exercise(
             "the scores were scaled by sqrt(number of keys) instead of sqrt(d_k)",
             "The scale depends on d_k (the last dimension, q.shape[-1]), never on how many tokens are cached.",
             _scaled_by_cache_length,
+        ),
+        Trap(
+            SCALED_BY_DV,
+            "Divide q K^T by sqrt(d_k), the width of the query and the keys (q.shape[-1]); the values' width "
+            "d_v plays no part in the scores.",
+            _scaled_by_dv,
+            example="S = q @ K.transpose(-2, -1) / math.sqrt(v.shape[-1])",
         ),
     ],
 )
@@ -227,6 +244,15 @@ DECODE_WITH_CACHE = Exercise(
             lambda X, W_q, W_k, W_v: self_attention(
                 X, W_q * math.sqrt(W_q.shape[-1]) / math.sqrt(X.shape[-1]), W_k, W_v
             ),
+        ),
+        Trap(
+            SCALED_BY_DV,
+            "Divide q K^T by sqrt(d_k), the width of the queries and keys; the values' width d_v plays no part "
+            "in the scores.",
+            lambda X, W_q, W_k, W_v: self_attention(
+                X, W_q * math.sqrt(W_q.shape[-1]) / math.sqrt(W_v.shape[-1]), W_k, W_v
+            ),
+            example="S = q @ K.transpose(-2, -1) / math.sqrt(V.shape[-1])",
         ),
     ],
 )

@@ -317,10 +317,11 @@ def _head_cases(device: torch.device) -> list[Case]:
     return cases
 
 
-def _head_variant(*, causal=True, scale=True, dim=-1, project=True):
+def _head_variant(*, causal=True, scale=True, dim=-1, project=True, scale_by_dv=False):
     def forward(params, X):
         Q, K, V = X @ params["W_q"], X @ params["W_k"], X @ params["W_v"]
-        S = Q @ K.transpose(-2, -1) / (math.sqrt(Q.shape[-1]) if scale else 1.0)
+        width = V.shape[-1] if scale_by_dv else Q.shape[-1]
+        S = Q @ K.transpose(-2, -1) / (math.sqrt(width) if scale else 1.0)
         if causal:
             n = X.shape[-2]
             S = S.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=X.device).tril(), float("-inf"))
@@ -356,6 +357,13 @@ HEAD_FORWARD = Exercise(
             "W_o was not applied",
             "The head's output row (d_v numbers) becomes one score per letter through W_o: logits = (A @ V) @ W_o.",
             _head_variant(project=False),
+        ),
+        Trap(
+            "the scores are divided by sqrt(d_v) instead of sqrt(d_k)",
+            "Divide Q K^T by sqrt(d_k), the width of Q and K (Q.shape[-1]); the values' width d_v plays no "
+            "part in the scores.",
+            _head_variant(scale_by_dv=True),
+            example="S = Q @ K.transpose(-2, -1) / math.sqrt(V.shape[-1])",
         ),
     ],
 )

@@ -24,7 +24,8 @@ import datetime
 from pathlib import Path
 
 from grader import course
-from grader.classroom import collect, escape, lessons
+from grader.classroom import lessons
+from grader.instructor import collect, escape, students
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_IDENTITY = ["Email address", "Username", "First name", "Last name"]
@@ -40,7 +41,7 @@ def _people(roster: Path | None) -> list[dict[str, str]]:
     """Every student to list, in order: the roster's rows, else nbgrader's students, else the graded."""
     if roster is not None:
         people = []
-        for sid, row, raw in collect.roster_rows(roster):
+        for sid, row, raw in students.roster_rows(roster):
             first = row.get("first name", "")
             last = row.get("last name", "") or row.get("surname", "")
             name = (

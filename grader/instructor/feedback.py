@@ -21,7 +21,7 @@ images (no HTML, JavaScript, SVG, Markdown, LaTeX or widgets: they all came from
 kernel), a Markdown or raw cell that is not exactly one of the release is shown as literal text,
 and the summary's messages and diagnoses are character references. The formgrader renders
 autograded notebooks with its own exporter: ``c.HTMLExporter.preprocessors =
-["grader.classroom.feedback.EscapeStudentContent"]`` in nbgrader_config.py covers it too.
+["grader.instructor.feedback.EscapeStudentContent"]`` in nbgrader_config.py covers it too.
 
 Every page written is then scanned for hidden-test lines; a page that shows
 one is deleted and reported, never left for students.
@@ -44,7 +44,8 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grader import course
-from grader.classroom import escape, lessons
+from grader.classroom import lessons
+from grader.instructor import escape
 
 STATUS_NOTES = {
     "syntax error": "A cell has a syntax error, so the code in it was not defined: fix it and run the cell.",
@@ -300,7 +301,7 @@ SMALL = 4096  # bytes: a timestamp or an exchange secret is far shorter
 
 def _read_small(path: Path) -> str | None:
     """A short text file's content, read without following a link (None: absent, a link, too long)."""
-    from grader.classroom.autograde import read_regular
+    from grader.classroom.verdicts import read_regular
 
     try:
         return read_regular(path, SMALL).decode("utf-8").strip()

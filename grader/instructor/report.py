@@ -19,7 +19,7 @@ Written to ``<work>/report/`` (or ``--out``):
 Names, diagnoses, flags and notes can come from what a student handed in (a diagnosis is parsed
 from an error message their code can raise): every CSV cell of text that a spreadsheet would read
 as a formula starts with ``'``, and the Markdown report shows them as escaped text
-(``grader/classroom/escape.py``). ``SafeCsvExport`` does the same for plain ``nbgrader export``.
+(``grader/instructor/escape.py``). ``SafeCsvExport`` does the same for plain ``nbgrader export``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import course
-from grader.classroom import escape, grading
+from grader.classroom import grading
+from grader.classroom.grades import course_config, gradebook_url, submission_in_gradebook
+from grader.instructor import escape
 
 
 @dataclass
@@ -279,10 +281,10 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
     from nbgrader.api import Gradebook
 
     warnings.filterwarnings("ignore", module="nbgrader")
-    cfg = grading.course_config()
+    cfg = course_config()
     by_key = {(r["student"], r["lesson"]): r for r in records}
     rows, problems = [], []
-    with Gradebook(grading.gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
+    with Gradebook(gradebook_url(), cfg.CourseDirectory.get("course_id", "")) as gb:
         students = {s.id: s for s in gb.students}
         student_ids = sorted(set(students) | {s for s, _ in by_key})
         assignments = {a.name: a for a in gb.assignments}
@@ -292,7 +294,7 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
             assignment = assignments.get(lesson)
             for sid in student_ids:
                 record = by_key.get((sid, lesson))
-                held = grading.submission_in_gradebook(gb, lesson, sid) if assignment else None
+                held = submission_in_gradebook(gb, lesson, sid) if assignment else None
                 student = students.get(sid)
                 row = {
                     "assignment": lesson,
@@ -403,7 +405,7 @@ def _safe_csv_export():
         stays one cell) and with every text cell that a spreadsheet would run as a formula escaped.
 
         Used when nbgrader_config.py says ``c.ExportApp.plugin_class =
-        "grader.classroom.report.SafeCsvExport"``.
+        "grader.instructor.report.SafeCsvExport"``.
         """
 
         def export(self, gradebook) -> None:
@@ -431,7 +433,7 @@ def export(
     out_dir: Path | None = None, only_lessons: list[str] | None = None, roster: Path | None = None
 ) -> dict[str, Path]:
     """Write the grades CSV, the class report, its chart, its tables and the LMS import files
-    (``grader.classroom.lms_export``; ``roster``: the class list to match); return their paths."""
+    (``grader.instructor.lms_export``; ``roster``: the class list to match); return their paths."""
     out_dir = out_dir or course.work_dir() / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     records = grading.load_records(only_lessons)
@@ -505,7 +507,7 @@ def export(
             )
     for name in ("exercises", "misconceptions", "submissions"):
         paths[name] = out_dir / f"{name}.csv"
-    from grader.classroom import lms_export
+    from grader.instructor import lms_export
 
     paths.update(lms_export.write(out_dir, records, only_lessons, roster))
     paths["report_data"] = rep  # type: ignore[assignment]

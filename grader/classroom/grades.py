@@ -1,0 +1,196 @@
+"""The course's gradebook, read and written by a grading run (``grader.classroom.grading``).
+
+Its lessons recorded (``ensure_gradebook``), the template every job grades into (``template``), the
+grades of finished jobs written with nbgrader's own steps in one transaction (``write_grades``), and
+what it holds. Loads nothing of nbgrader until a function needs it: the coordinator reads it too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from grader import course
+from grader.classroom import gradebooks, lessons
+
+# ------------------------------------------------------------------ the course's gradebook
+
+
+def course_config() -> Any:
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return Config(PyFileConfigLoader("nbgrader_config.py", path=str(course.ROOT)).load_config())
+
+
+def gradebook_url() -> str:
+    return "sqlite:///" + str(course.work_dir() / "gradebook.db")
+
+
+def _db_path() -> Path:
+    return Path(gradebook_url()[len("sqlite:///") :])
+
+
+def _gradebook_cells(lesson_id: str) -> tuple[dict[str, tuple[str, float]], set[str]] | None:
+    """What the gradebook holds for a lesson: its test cells (grade id -> (source, points)) and
+    the names of all its recorded cells; None if it holds nothing."""
+    if not _db_path().exists():
+        return None
+    where = "JOIN notebook n ON s.notebook_id = n.id JOIN assignment a ON n.assignment_id = a.id WHERE a.name = ? AND n.name = ?"
+    tests_query = (
+        "SELECT s.name, s.source, g.max_score FROM source_cell s "
+        "JOIN base_cell b ON b.name = s.name AND b.notebook_id = s.notebook_id JOIN grade_cells g ON g.id = b.id "
+        + where
+    )
+    try:
+        with sqlite3.connect(_db_path()) as db:
+            tests = db.execute(tests_query, (lesson_id, lesson_id)).fetchall()
+            names = {
+                r[0] for r in db.execute("SELECT s.name FROM source_cell s " + where, (lesson_id, lesson_id))
+            }
+    except sqlite3.OperationalError:
+        return None
+    if not names:
+        return None
+    return {name: (source, float(points)) for name, source, points in tests}, names
+
+
+def _source_cell_names(lesson_id: str) -> set[str]:
+    import nbformat
+
+    nb = nbformat.read(lessons.lesson(lesson_id).path, as_version=4)
+    return {
+        c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+    }
+
+
+def ensure_gradebook(lesson_ids: list[str]) -> list[str]:
+    """Record in the gradebook every lesson it lacks, or whose recorded cells changed since; return those."""
+    stale = []
+    for lesson_id in lesson_ids:
+        held = _gradebook_cells(lesson_id)
+        want = {c.grade_id: (c.source.strip(), c.points) for c in lessons.lesson(lesson_id).tests}
+        if (
+            held is None
+            or {k: (v[0].strip(), v[1]) for k, v in held[0].items()} != want
+            or held[1] != _source_cell_names(lesson_id)
+        ):
+            stale.append(lesson_id)
+    if stale:
+        try:
+            with tempfile.TemporaryDirectory(prefix="classroom-release-") as tmp:
+                course.build_notebooks(release_dir=Path(tmp), only=stale)
+        except RuntimeError as e:
+            if "submissions associated" in str(e):
+                raise RuntimeError(
+                    f"The cells of {', '.join(stale)} changed after submissions were graded, and nbgrader "
+                    "cannot change a lesson that has submissions. Either restore the lesson as it was "
+                    "released, or (to regrade everyone against the new version) remove it from the "
+                    "gradebook first: nbgrader db assignment remove <lesson> --force"
+                ) from None
+            raise
+    return stale
+
+
+def template() -> bytes:
+    """The course's gradebook with its assignments and no students: each job's private copy."""
+    with tempfile.TemporaryDirectory(prefix="classroom-template-") as tmp:
+        dest = Path(tmp) / "template.db"
+        src = sqlite3.connect(_db_path())
+        dst = sqlite3.connect(dest)
+        with dst:
+            src.backup(dst)
+        src.close()
+        with dst:
+            for table in ("grade", "comment", "submitted_notebook", "submitted_assignment", "student"):
+                dst.execute(f"DELETE FROM {table}")
+        dst.execute("VACUUM")
+        dst.close()
+        return dest.read_bytes()
+
+
+def _retry(fn, *args: Any, attempts: int = 30) -> Any:
+    """Run fn, waiting and retrying while SQLite says the database is locked (the formgrader is open)."""
+    import sqlalchemy
+
+    for i in range(attempts):
+        try:
+            return fn(*args)
+        except (sqlite3.OperationalError, sqlalchemy.exc.OperationalError) as e:
+            if "locked" not in str(e) or i == attempts - 1:
+                raise
+            time.sleep(min(0.1 * 2**i, 2.0))
+    return None
+
+
+def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | None, bytes]]) -> list[dict]:
+    """Record finished jobs (lesson, student, timestamp, final notebook) in the gradebook at ``url``
+    with nbgrader's own steps: the student and the submission, then SaveAutoGrades and
+    AssignLatePenalties on the final notebook. All of them in one transaction: the gradebook holds
+    every one of them afterwards, or (if this raises) none. Return what it then holds for each
+    (``submission_in_gradebook``).
+
+    Runs wherever nbgrader is loaded already: in a helper process of the run, or the coordinator.
+    """
+    import warnings
+
+    import nbformat
+    from nbgrader.api import Gradebook
+    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+    from nbgrader.utils import parse_utc
+
+    gradebooks.reuse_engines()
+    warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+    cfg = course_config()
+    with Gradebook(url, course_id) as gb:
+        with gradebooks.one_transaction(gb), gradebooks.lent(gb, url):
+            for lesson, student, timestamp, notebook in entries:
+                gb.update_or_create_student(student)
+                if timestamp:
+                    gb.update_or_create_submission(lesson, student, timestamp=parse_utc(timestamp))
+                else:
+                    gb.update_or_create_submission(lesson, student)
+                nb = nbformat.reads(notebook.decode(), as_version=4)
+                resources = {
+                    "nbgrader": {"notebook": lesson, "assignment": lesson, "student": student, "db_url": url}
+                }
+                SaveAutoGrades(config=cfg).preprocess(nb, resources)
+                AssignLatePenalties(config=cfg).preprocess(nb, resources)
+        return [submission_in_gradebook(gb, lesson, student) or {} for lesson, student, _, _ in entries]
+
+
+def submission_in_gradebook(gb: Any, lesson: str, student: str) -> dict | None:
+    """What an open nbgrader ``Gradebook`` holds for one submission (None: no row)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        sub = gb.find_submission(lesson, student)
+    except MissingEntry:
+        return None
+    grades: dict[str, float] = {}
+    for nb in sub.notebooks:
+        for g in nb.grades:
+            grades[g.name] = float(g.score or 0) + float(g.extra_credit or 0)
+    return {
+        "timestamp": str(sub.timestamp) if sub.timestamp else None,
+        "late_penalty": float(sub.late_submission_penalty or 0),
+        "score": float(sub.score or 0),
+        "grades": grades,
+    }
+
+
+def graded_in_gradebook() -> set[tuple[str, str]]:
+    if not _db_path().exists():
+        return set()
+    with sqlite3.connect(_db_path()) as db:
+        try:
+            rows = db.execute(
+                "SELECT s.student_id, a.name FROM submitted_assignment s JOIN assignment a ON s.assignment_id = a.id"
+            )
+            return {(r[0], r[1]) for r in rows}
+        except sqlite3.OperationalError:
+            return set()
