@@ -252,6 +252,32 @@ STARTED = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-
     .some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))"""
 
 
+IDLE = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
+DONE = "() => [...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.textContent.includes('*'))"
+
+
+def _open(page, lab: dict, workspace: str, rel: str):
+    """Open the notebook ``rel`` in a workspace of its own, reset (no tabs restored from notebooks
+    opened before), and wait for its kernel: the notebook's panel."""
+    page.goto(f"{lab['base']}/lab/workspaces/{workspace}/tree/{rel}?reset&token={lab['token']}")
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    panel.locator(".jp-Cell").first.wait_for()
+    page.wait_for_function(IDLE)
+    return panel
+
+
+def _run_all_to_the_explorers(page, expected: int) -> None:
+    """Run All, then wait for ``expected`` explorers (at least one), every cell done, the kernel idle."""
+    _run_all(page)
+    page.wait_for_function(
+        "n => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ac-explorer').length >= n",
+        arg=max(1, expected),
+        timeout=TIMEOUT_MS,
+    )
+    page.wait_for_function(DONE, timeout=TIMEOUT_MS)
+    page.wait_for_function(IDLE)
+
+
 def _run_all(page) -> None:
     """Run > Run All Cells, from the menu as a student does; once more if no cell has started 30 s
     later (a menu click that the page, still settling, did not take; no cell is run twice)."""
@@ -491,24 +517,9 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        # A workspace of its own, reset: no tabs restored from the notebooks opened before.
-        page.goto(f"{lab['base']}/lab/workspaces/{prefix}/tree/{rel}?reset&token={lab['token']}")
-        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-        panel.locator(".jp-Cell").first.wait_for()
-        idle = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
-        page.wait_for_function(idle)  # the kernel is up
-        _run_all(page)
+        panel = _open(page, lab, prefix, rel)
         expected = _explorer_calls(target)
-        page.wait_for_function(
-            "n => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ac-explorer').length >= n",
-            arg=max(1, expected),
-            timeout=TIMEOUT_MS,
-        )
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.textContent.includes('*'))",
-            timeout=TIMEOUT_MS,
-        )
-        page.wait_for_function(idle)
+        _run_all_to_the_explorers(page, expected)
         stderr = panel.locator("[data-mime-type='application/vnd.jupyter.stderr']")
         assert stderr.count() == 0, "a cell wrote to stderr:\n" + "\n".join(stderr.all_inner_texts())
         explorers = panel.locator(".ac-explorer")

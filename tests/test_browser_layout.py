@@ -26,8 +26,9 @@ from tests.test_browser import (  # noqa: F401  (lab, browser: fixtures)
     TIMEOUT_MS,
     Shots,
     _explorer_calls,
+    _open,
     _prepare,
-    _run_all,
+    _run_all_to_the_explorers,
     _shut_down_kernels,
     _text,
     _wait_change,
@@ -250,24 +251,10 @@ def test_every_explorer_fits_one_projector_screen(lab, browser, notebook):  # no
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        page.goto(f"{lab['base']}/lab/workspaces/{prefix}/tree/{rel}?reset&token={lab['token']}")
-        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-        panel.locator(".jp-Cell").first.wait_for()
-        idle = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
-        page.wait_for_function(idle)
-        _run_all(page)
+        panel = _open(page, lab, prefix, rel)
         expected = _explorer_calls(target)
         assert expected, "no explorer in this lesson"
-        page.wait_for_function(
-            "n => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ac-explorer').length >= n",
-            arg=max(1, expected),
-            timeout=TIMEOUT_MS,
-        )
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.textContent.includes('*'))",
-            timeout=TIMEOUT_MS,
-        )
-        page.wait_for_function(idle)
+        _run_all_to_the_explorers(page, expected)
         explorers = panel.locator(".ac-explorer")
         assert explorers.count() == expected, f"{explorers.count()} explorers shown for {expected} calls"
         driven = []

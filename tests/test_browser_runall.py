@@ -18,7 +18,9 @@ import pytest
 from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401 - lab and browser are fixtures
     ARTIFACTS,
+    IDLE,
     TIMEOUT_MS,
+    _open,
     _run_all,
     _shut_down_kernels,
     browser,
@@ -49,18 +51,14 @@ def test_run_all_with_nothing_implemented_shows_every_explorer(lab, browser, not
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        page.goto(f"{lab['base']}/lab/workspaces/untouched-{lesson}/tree/{rel}?reset&token={lab['token']}")
-        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-        panel.locator(".jp-Cell").first.wait_for()
-        idle = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
-        page.wait_for_function(idle)
+        panel = _open(page, lab, f"untouched-{lesson}", rel)
         _run_all(page)
         page.wait_for_function(
             "() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')]"
             ".some(e => e.innerText.includes('Where you stand:'))",
             timeout=TIMEOUT_MS,
         )
-        page.wait_for_function(idle)
+        page.wait_for_function(IDLE)
         explorers = panel.locator(".ac-explorer")
         assert explorers.count() == expected, (
             f"{explorers.count()} explorers shown for {expected} explorer cells"

@@ -17,8 +17,10 @@ import pytest
 from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401  (lab, browser: fixtures)
     ARTIFACTS,
+    IDLE,
     TIMEOUT_MS,
     Shots,
+    _open,
     _run_all,
     _shut_down_kernels,
     _text,
@@ -185,17 +187,13 @@ def test_stage_explorers_render_and_respond_in_jupyterlab(lab, browser):  # noqa
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        page.goto(f"{lab['base']}/lab/workspaces/{prefix}/tree/{rel}?reset&token={lab['token']}")
-        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-        panel.locator(".jp-Cell").first.wait_for()
-        idle = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('| Idle')"
-        page.wait_for_function(idle)
+        panel = _open(page, lab, prefix, rel)
         _run_all(page)
         page.wait_for_function(
             "() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ac-explorer').length >= 3",
             timeout=TIMEOUT_MS,
         )
-        page.wait_for_function(idle)
+        page.wait_for_function(IDLE)
         stderr = panel.locator("[data-mime-type='application/vnd.jupyter.stderr']")
         assert stderr.count() == 0, "a cell wrote to stderr:\n" + "\n".join(stderr.all_inner_texts())
         explorers = panel.locator(".ac-explorer")
