@@ -33,7 +33,9 @@ The solution notebook:
 - each heading that states points (``## 5. Exercise: `mix` (7 points)``) states the sum of the test
   cells in its section, and every test cell lies in such a section;
 - the last cell, ``where-you-stand``, calls ``where_you_stand(...)`` with every graded function of the
-  lesson in the order of their answer cells.
+  lesson in the order of their answer cells;
+- every other code cell (but the Colab and setup cells) uses the lesson's graded functions only inside
+  ``with demo(...)`` (or a function decorated ``@demo(...)``) naming each one it runs (``grader.demo_rule``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pathlib import Path
 import nbformat
 
 from grader import course
+from grader.demo_rule import outside_demo
 
 COLAB_MARK = "# @title Run me first on Google Colab"
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
@@ -103,8 +106,8 @@ def _section_points(nb: nbformat.NotebookNode) -> list[tuple[str, int, int]]:
 
 
 def _parse(source: str) -> ast.Module | None:
-    """A code cell's Python (IPython magics and shell lines left out), or None if it does not parse."""
-    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    """A code cell's Python (IPython magics and shell lines blanked: lines keep their numbers), or None."""
+    lines = ["" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines()]
     try:
         return ast.parse("\n".join(lines))
     except SyntaxError:
@@ -178,6 +181,20 @@ def _visible_lines(gid: str, name: str, source: str) -> list[str]:
                 f"the cell checks {name}"
             )
     return wrong
+
+
+def _example_cells(nb: nbformat.NotebookNode) -> list[tuple[str, ast.Module]]:
+    """The code cells that are not answer, test, Colab or setup cells (the first importing the checks), parsed."""
+    found, setup = [], False
+    for cell in nb.cells:
+        meta = _nbgrader(cell)
+        if cell.cell_type != "code" or meta.get("solution") or meta.get("grade") or COLAB_MARK in cell.source:
+            continue
+        if not setup and "from attention_course.checks import" in cell.source:
+            setup = True
+        elif (tree := _parse(cell.source)) is not None:
+            found.append((str(cell.get("id", "?")), tree))
+    return found
 
 
 def _hidden_calls(block: str) -> list[tuple[str, str]]:
@@ -356,6 +373,9 @@ def check_lesson(path: Path) -> list[str]:
             problem(name, f'no hidden check calling grader.check("{name}", {name})')
         elif len(hidden[name]) > 1:
             problem(name, f"hidden checks in {hidden[name]}: keep one, test{number}_{name}_hidden")
+
+    for cell_id, what in outside_demo(_example_cells(nb), functions):
+        problem(cell_id, what)
 
     covered = {j for _, _, inside in _sections(nb) for j in inside}
     for heading, stated, counted in _section_points(nb):

@@ -131,7 +131,7 @@ LAYERS = [
     # checks: the harness, the lessons' references and cases, the registry, grader.check
     {"grader", "grader.harness", "grader.cases", "grader.registry", "grader.lessons"},
     # the course's tools on top of nbgrader and the checks
-    {"grader.course", "grader.sources", "grader.mistakes", "grader.platforms"},
+    {"grader.course", "grader.sources", "grader.demo_rule", "grader.mistakes", "grader.platforms"},
     # grading a class: the engine
     {"grader.classroom.*"},
     # the instructor's tools that grade nothing (collect, release, feedback, report): above the engine
@@ -214,7 +214,7 @@ STILL_OVER: set[str] = set()
 # the grading engine (grader/classroom/*.py) in lines, all together: may only shrink. The goal is
 # 6,000; it holds the boundary's cgroups, cover and seccomp filter, and the split into modules of
 # at most 600 lines took 155 lines of docstrings and imports
-ENGINE_LINES = 8251
+ENGINE_LINES = 8247
 
 
 def _lines(path: Path) -> int:

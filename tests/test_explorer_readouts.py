@@ -333,3 +333,264 @@ def test_the_model_solutions_read_with_no_difference():
     assert FIRST not in masks.readout.value
     heads = explorers.head_dimension_explorer(ns["scaled_scores"], ns["softmax"])
     assert FIRST not in heads.readout.value
+
+
+# ------------------------------------------- the head-dimension and sharpness explorers' framed panel
+
+
+def scaled_scores_not_scaled(Q, K):
+    return Q @ K.transpose(-2, -1)
+
+
+def softmax_whole_sum(Z, dim=-1):
+    e = torch.exp(Z - Z.max())
+    return e / e.sum()  # over the whole matrix, not along dim
+
+
+def _lookup(scale=lambda s, d: s / math.sqrt(d), normalise=True, blend_scores=False):
+    """A soft_lookup as a student writes it, with one of the usual slips."""
+
+    def soft_lookup(query, keys, values, sharpness):
+        scores = {
+            n: scale(sharpness, len(query)) * sum(q * k for q, k in zip(query, key))
+            for n, key in keys.items()
+        }
+        top = max(scores.values())
+        exps = {n: math.exp(s - top) for n, s in scores.items()}
+        total = sum(exps.values()) if normalise else 1.0
+        w = {n: e / total for n, e in exps.items()}
+        by = scores if blend_scores else w
+        width = len(next(iter(values.values())))
+        return w, [sum(by[n] * values[n][i] for n in keys) for i in range(width)]
+
+    return soft_lookup
+
+
+LOOKUPS = {  # the slip -> the words its first "differs" line must hold somewhere
+    "not divided by sqrt(d)": (_lookup(scale=lambda s, d: s), ""),
+    "exps not divided by their sum": (
+        _lookup(normalise=False),
+        "as if the exps were not divided by their sum",
+    ),
+    "the scores blended instead of the weights": (_lookup(blend_scores=True), ""),
+    "sharpness left out": (_lookup(scale=lambda s, d: 1 / math.sqrt(d)), ""),
+}
+HEAD_PANELS = {"spread": "the lower row of the panel 'Score spread'", "heat": "the panel 'Softmax weights A'"}
+SHARP_PANELS = {
+    "weights": "the panel 'Weights'",
+    "blend": "the panel 'The blend'",
+    "curves": "the panel 'Each weight as the sharpness grows'",
+}
+
+
+def _framed(ex, png: bytes | None = None) -> list[str]:
+    """The panels of an explorer's picture framed in vermillion, measured on its pixels as the stepper's frame is."""
+    from tests.test_explorers_stages import _vermillion_share
+
+    png = ex.image.value if png is None else png
+    keys = {frame.axes: key for key, frame in ex.figure.departs.frames.items()}
+    framed = []
+    for ax in ex.figure.ff.fig.axes[:4]:  # the four panels (not the colour bar)
+        share = _vermillion_share(png, ax)
+        assert share > 0.9 or share < 0.05, f"a half-drawn frame ({share:.0%}) on {ax.get_title()!r}"
+        if share > 0.9:
+            framed.append(keys.get(ax, ax.get_title()))
+    return framed
+
+
+def _first_line(text: str) -> str | None:
+    lines = [line for line in _plain(text).splitlines() if FIRST in line]
+    assert len(lines) <= 1, lines
+    return lines[0] if lines else None
+
+
+def _check_count(line: str, cells: int, total: int) -> None:
+    said = re.search(r": (all (\d+) cells|(\d+) of (\d+) cells) differ", line)
+    assert said, line
+    if said.group(2):
+        assert cells == total == int(said.group(2)), (line, cells, total)
+    else:
+        assert (cells, total) == (int(said.group(3)), int(said.group(4))), (line, cells, total)
+
+
+def _number(text: str) -> float:
+    return {"-inf": -math.inf, "inf": math.inf, "NaN": math.nan}.get(text, None) or float(text)
+
+
+def _head_expected(v):
+    """The panel that first departs, and the tensors it departs with, worked out here from what is shown."""
+    from attention_course.explorers.compare import differing
+
+    lesson = v.raw / math.sqrt(v.d_k)
+    if differing(v.scaled, lesson):
+        return "spread", v.scaled, lesson
+    want = torch.softmax(v.shown, dim=-1)
+    if differing(v.weights, want):
+        return "heat", v.weights, want
+    return None, None, None
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("scaled_scores", scaled_scores_by_d_k),
+        ("scaled_scores", scaled_scores_not_scaled),
+        ("softmax", softmax_wrong_dim),
+        ("softmax", softmax_whole_sum),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_the_head_dimension_explorer_frames_the_panel_that_first_differs(name, fn):
+    from attention_course.explorers.compare import differing
+
+    ex = explorers.head_dimension_explorer(**{name: fn})
+    start = _head_expected(ex.state)[0]
+    assert start is not None and _framed(ex, ex.static_png) == [start], "the saved picture is framed too"
+    assert _first_line(ex.static_html) == _first_line(ex.text) == _first_line(ex.readout.value)
+    seen = set()
+    for d_k in (1, 16, 64):
+        for scale in (False, True):
+            with ex.batch():
+                ex.controls["d_k"].value, ex.controls["scale"].value = d_k, scale
+            v, text = ex.state, ex.readout.value
+            _check_common(text)
+            panel, got, want = _head_expected(v)
+            seen.add(panel)
+            assert _framed(ex) == ([panel] if panel else []), (d_k, scale, text)
+            line = _first_line(text)
+            if panel is None:
+                assert line is None and "differs" not in text, text
+                continue
+            head, _, rest = line.partition(" (your ")
+            assert HEAD_PANELS[panel] in head and f"`{name}`" in rest, line
+            _check_count(line, len(differing(got, want)), want.numel())
+            cell = re.search(
+                r"e\.g\. (?:score|weight)\[(\w+), (\w+)\] is (\S+) where (\S+) was expected", line
+            )
+            assert cell, line
+            i, j = v.tokens.index(cell.group(1)), v.tokens.index(cell.group(2))
+            assert _number(cell.group(3)) == pytest.approx(got[i, j].item(), abs=1e-3), line
+            assert _number(cell.group(4)) == pytest.approx(want[i, j].item(), abs=1e-3), line
+            ratio = re.search(r"every value is ([\d.]+) times (smaller|larger)", line)
+            if ratio:
+                r = (got / want).median().item()
+                assert float(ratio.group(1)) == pytest.approx(r if r > 1 else 1 / r, rel=1e-3), line
+                assert (ratio.group(2) == "larger") == (r > 1), line
+    if name == "scaled_scores":
+        assert seen == {None, "spread"}, "d_k = 1 scales by 1: nothing differs there"
+        ex.controls["d_k"].value = 64
+        words = {
+            scaled_scores_by_d_k: "8 times smaller",
+            scaled_scores_not_scaled: "not divided by sqrt(d_k)",
+        }
+        assert words[fn] in _first_line(ex.readout.value)
+    else:
+        assert seen == {"heat"}
+
+
+@pytest.mark.parametrize("with_solutions", [False, True], ids=["built-in", "model solutions"])
+def test_the_head_dimension_and_sharpness_explorers_frame_nothing_with_the_lessons_functions(with_solutions):
+    ns = _model_solutions() if with_solutions else {}
+    heads = explorers.head_dimension_explorer(ns.get("scaled_scores"), ns.get("softmax"))
+    colours = explorers.sharpness_explorer(ns.get("soft_lookup"))
+    assert _framed(heads, heads.static_png) == [] and _framed(colours, colours.static_png) == []
+    for d_k in (1, 16, 64, 128):
+        for scale in (False, True):
+            with heads.batch():
+                heads.controls["d_k"].value, heads.controls["scale"].value = d_k, scale
+            assert _framed(heads) == [] and heads.state.departs is None
+            assert "differs" not in _everything_shown(heads) and FIRST not in heads.readout.value
+    for sharpness in (0.0, 1.0, 5.0, 30.0):
+        colours.controls["sharpness"].value = sharpness
+        for button in colours.controls["presets"]:
+            button.click()
+            assert _framed(colours) == [] and colours.state.departs is None
+            assert "differs" not in _everything_shown(colours) and FIRST not in colours.readout.value
+
+
+def _sharp_expected(ex):
+    """The panel of the sharpness explorer that first departs, and its tensors, worked out here from what is shown."""
+    from attention_course.explorers import sharpness
+    from attention_course.explorers.compare import differing
+
+    v, names = ex.state, list(ex.state.keys)
+    values = ex.dictionary.values
+    lesson = sharpness.colour_view(v.query, v.keys, values, v.sharpness)  # the built-in arithmetic
+    got = torch.tensor([v.weights[n] for n in names], dtype=torch.float64)
+    want = torch.tensor([lesson.weights[n] for n in names], dtype=torch.float64)
+    if differing(got, want):
+        return "weights", got, want
+    blend = [sum(v.weights[n] * values[n][c] for n in names) for c in range(2)]
+    got, want = torch.tensor(v.output, dtype=torch.float64), torch.tensor(blend, dtype=torch.float64)
+    if differing(got, want):
+        return "blend", got, want
+    curves = sharpness.colour_curves(v.query, v.keys, values, ex.grid)
+    got = torch.tensor([ex._curves[n] for n in names], dtype=torch.float64)
+    want = torch.tensor([curves[n] for n in names], dtype=torch.float64)
+    if differing(got, want):
+        return "curves", got, want
+    return None, None, None
+
+
+@pytest.mark.parametrize("slip", list(LOOKUPS))
+def test_the_sharpness_explorer_frames_the_panel_that_first_differs(slip):
+    from attention_course.explorers.compare import differing
+
+    fn, words = LOOKUPS[slip]
+    ex = explorers.sharpness_explorer(soft_lookup=fn)
+    assert ex.choice.source == "yours"
+    start = _sharp_expected(ex)[0]
+    assert start is not None and _framed(ex, ex.static_png) == [start], "the saved picture is framed too"
+    assert _first_line(ex.static_html) == _first_line(ex.text) == _first_line(ex.readout.value)
+    seen, worded = set(), 0
+    for sharpness in (0.0, 1.0, 5.0, 30.0):
+        ex.controls["sharpness"].value = sharpness
+        for button in [None, *ex.controls["presets"][1:3]]:
+            if button is not None:
+                button.click()
+            v, text = ex.state, ex.readout.value
+            _check_common(text)
+            panel, got, want = _sharp_expected(ex)
+            seen.add(panel)
+            assert _framed(ex) == ([panel] if panel else []), (slip, sharpness, text)
+            assert v.departs == panel
+            line = _first_line(text)
+            if panel is None:
+                assert line is None and "differs" not in text, text
+                continue
+            head, _, rest = line.partition(" (your ")
+            assert SHARP_PANELS[panel] in head and "`soft_lookup`" in rest, line
+            if panel != "curves":
+                assert f"at sharpness {v.sharpness:g}" in head, line
+            _check_count(line, len(differing(got, want)), want.numel())
+            ix = differing(got, want)[0]
+            cell = re.search(r"e\.g\. (.+?) is (\S+) where (\S+) was expected", line)
+            assert cell, line
+            names = list(v.keys)
+            if panel == "blend":
+                assert cell.group(1) == f"the {('red', 'green')[ix[0]]} amount", line
+            else:
+                assert cell.group(1).startswith(f"the weight of '{names[ix[0]]}'"), line
+            if panel == "curves":
+                assert cell.group(1).endswith(f"at sharpness {ex.grid[ix[1]]:g}"), line
+            assert _number(cell.group(2)) == pytest.approx(got[ix].item(), abs=1e-3), line
+            assert _number(cell.group(3)) == pytest.approx(want[ix].item(), abs=1e-3), line
+            if len(differing(got, want)) == want.numel():  # every weight one multiple of the lesson's
+                assert words in line, line
+                worded += words in line
+            total = sum(v.weights.values())
+            if not math.isclose(total, 1, abs_tol=1e-3):
+                said = re.search(r"\(sums to ([\d.]+), not 1\)", text)
+                assert said and float(said.group(1)) == pytest.approx(total, abs=1e-3), text
+                ratio = re.search(r"every value is ([\d.]+) times larger", line)
+                assert ratio and float(ratio.group(1)) == pytest.approx(total, rel=1e-3), line
+            blend = re.search(r"blend: \[(-?\d+), (-?\d+)\]", text)
+            assert [int(blend.group(1)), int(blend.group(2))] == [round(x) for x in v.output], text
+    want_seen = {
+        "not divided by sqrt(d)": {"weights", "curves"},  # sharpness 0: even weights, as the lesson's
+        "exps not divided by their sum": {"weights"},
+        "the scores blended instead of the weights": {"blend"},
+        "sharpness left out": {"weights", "curves"},  # sharpness 1: the lesson's weights
+    }[slip]
+    assert seen == want_seen, seen
+    assert worded or not words, f"never said: {words}"

@@ -8,6 +8,8 @@ feedback page never lists the hidden inputs. Plain nbgrader's path is in test_pl
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import os
 import stat
@@ -118,6 +120,182 @@ def test_a_table_of_one_attempts_hidden_answers_fails_the_next():
         check("soft_lookup", _lookup_from(table))  # the attack works on the attempt it was learnt from
     with salted(second), pytest.raises(AssertionError, match="is not right yet"):
         check("soft_lookup", _lookup_from(table))
+
+
+# ------------------------------------------------------------------ tables of answers, lesson by lesson
+#
+# Each lesson's hidden inputs that were once the same for everyone (lesson 03's properties' generators,
+# lesson 04's masks, lesson 05's colours) are drawn from the salt: a table of the reference's answers to
+# every input one attempt met passes that attempt's check, and not the next one's.
+
+SALT_A, SALT_B = 31337, 4242
+
+
+def _fingerprint(x):
+    """What a table keys an input by: every number of it, and a generator's whole state."""
+    if isinstance(x, torch.Tensor):
+        return ("tensor", str(x.dtype), x.device.type, tuple(x.shape), repr(x.tolist()))
+    if isinstance(x, torch.Generator):
+        return ("generator", bytes(x.get_state().tolist()))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _fingerprint(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_fingerprint(v) for v in x))
+    return repr(x)
+
+
+def _copy(x):
+    return x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x)
+
+
+def _only(name: str, keep=lambda case: True):
+    """The exercise, with only the cases ``keep`` keeps (its properties all there)."""
+    ex = exercises()[name]
+    return dataclasses.replace(ex, cases=lambda device: [c for c in ex.cases(device) if keep(c)])
+
+
+def _learnt(ex, salt: int) -> dict:
+    """The cheat's table: the reference's answer to every input (cases and properties) the check meets under salt."""
+    table: dict = {}
+
+    def recording(*args, **kwargs):
+        key = _fingerprint((args, kwargs))  # before the reference draws from a generator
+        table[key] = ex.reference(*args, **kwargs)
+        return _copy(table[key])
+
+    with salted(salt):
+        check_exercise(ex, recording, on=["cpu"])
+    assert table
+    return table
+
+
+def _table_cheat(table: dict, garbage):
+    def cheat(*args, **kwargs):
+        key = _fingerprint((args, kwargs))
+        return _copy(table[key]) if key in table else garbage(*args, **kwargs)
+
+    return cheat
+
+
+def _passes(ex, fn, salt: int) -> bool:
+    with salted(salt):
+        try:
+            check_exercise(ex, fn, on=["cpu"])
+        except AssertionError as failed:
+            assert "is not right yet" in str(failed), failed
+            return False
+    return True
+
+
+def _meets(ex, salt: int) -> list:
+    """Every input the check hands a function under salt: the cases', then the properties'."""
+    seen: list = []
+
+    def recording(*args, **kwargs):
+        seen.append(_fingerprint((args, kwargs)))
+        return ex.reference(*args, **kwargs)
+
+    with salted(salt):
+        check_exercise(ex, recording, on=["cpu"])
+    return seen
+
+
+def _drawn_per_salt(ex) -> None:
+    """The same salt, the same inputs (a regrade); another salt, other inputs."""
+    first = _meets(ex, SALT_A)
+    assert _meets(ex, SALT_A) == first
+    assert _meets(ex, SALT_B) != first
+
+
+def _property_generators(salt: int) -> list:
+    """The states of the generators lesson 03's properties hand score_spread under salt."""
+    from grader.lessons.l03_scaling import score_spread
+
+    states: list = []
+
+    def recording(d_k, n, generator):
+        states.append(bytes(generator.get_state().tolist()))
+        return score_spread(d_k, n, generator)
+
+    with salted(salt):
+        for prop in exercises()["score_spread"].properties:
+            assert prop.check(recording) is None
+    return states
+
+
+def test_lesson03_property_generators_are_drawn_from_the_salt():
+    first = _property_generators(SALT_A)
+    assert len(first) == 6 and _property_generators(SALT_A) == first
+    other = _property_generators(SALT_B)
+    assert not set(other) & set(first)
+    assert not set(first) & set(_property_generators(0))  # not the lesson's own seeds either
+    _drawn_per_salt(exercises()["score_spread"])
+
+
+def test_lesson03_a_table_of_one_attempts_spreads_fails_the_next():
+    ex = exercises()["score_spread"]
+    # the textbook constants pass every case (the population itself) but no property: the table learnt
+    # for one attempt's generators answered the properties, and does not for the next attempt's
+    cheat = _table_cheat(_learnt(ex, SALT_A), lambda d_k, n, generator: (math.sqrt(d_k), 1.0))
+    assert _passes(ex, cheat, SALT_A)
+    assert not _passes(ex, cheat, SALT_B)
+    with salted(SALT_B), pytest.raises(AssertionError, match="different seeds gave the same answer"):
+        check_exercise(ex, cheat, on=["cpu"])
+
+
+LESSON04_GARBAGE = {
+    "causal_mask": lambda T, device=None: torch.zeros(T, T, dtype=torch.bool, device=device),
+    "padding_mask": lambda lengths, T: torch.zeros(
+        len(lengths), 1, T, dtype=torch.bool, device=lengths.device
+    ),
+    "apply_mask": lambda S, allowed: S.clone(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LESSON04_GARBAGE))
+def test_lesson04_masks_are_drawn_from_the_salt(name):
+    _drawn_per_salt(exercises()[name])
+    masks = {}
+    for salt in (SALT_A, SALT_B):
+        with salted(salt):
+            cases = exercises()[name].cases(torch.device("cpu"))
+        # the masks themselves (or the sizes and lengths they are made of), not only the scores: for
+        # apply_mask the padding masks (its random mask was drawn already, its causal mask stays)
+        masks[salt] = [
+            _fingerprint(c.args[-1]) if name == "apply_mask" else _fingerprint((c.args, c.kwargs))
+            for c in cases
+            if name != "apply_mask" or "padding mask" in c.label
+        ]
+    assert len(masks[SALT_A]) >= 2
+    assert masks[SALT_A] != masks[SALT_B]
+
+
+@pytest.mark.parametrize("name", sorted(LESSON04_GARBAGE))
+def test_lesson04_a_table_of_one_attempts_masks_fails_the_next(name):
+    ex = exercises()[name]
+    cheat = _table_cheat(_learnt(ex, SALT_A), LESSON04_GARBAGE[name])
+    assert _passes(ex, cheat, SALT_A)
+    assert not _passes(ex, cheat, SALT_B)
+
+
+def _fixed_once(case) -> bool:
+    """soft_lookup's cases that were the same for everyone (all but the random-keys ones)."""
+    return "random keys" not in case.label
+
+
+def test_lesson05_colours_are_drawn_from_the_salt():
+    ex = _only("soft_lookup", _fixed_once)
+    assert len(ex.cases(torch.device("cpu"))) == 7
+    _drawn_per_salt(ex)
+    first, other = (_meets(ex, salt) for salt in (SALT_A, SALT_B))
+    assert not set(first) & set(other)  # not one of these cases is the same
+
+
+def test_lesson05_a_table_of_one_attempts_colours_fails_the_next():
+    ex = _only("soft_lookup", _fixed_once)
+    cheat = _table_cheat(_learnt(ex, SALT_A), _lookup_from({}))
+    assert _passes(ex, cheat, SALT_A)
+    assert not _passes(ex, cheat, SALT_B)
 
 
 def test_a_students_long_error_text_is_cut_so_no_page_lists_the_inputs():

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
 
+import grader
 from attention_course import data
+from grader import course
 from grader.lessons import l08_multihead as m
 from tests import wrong_versions
 from tests.conftest import DEVICES
+from tests.nbtools import ROOT, cell_error
 from tests.solutions import read_solution
 from tests.tensors import DTYPES, draw, tol
 
@@ -389,3 +395,147 @@ def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=F
     test_correct_but_different_implementation_gets_full_marks,
     test_correct_but_different_implementations_pass_the_harness,
 ) = wrong_versions.alternative_tests(LESSON, ALTERNATIVE, max_score=20)
+
+
+# ------------------------------------------------------------------ the dtype rule, before hand-in and graded
+
+MHA_FLOAT32 = edit(  # right numbers in float32; float64 inputs come back float32
+    MHA_OK,
+    (
+        "return O.transpose(-3, -2).reshape(*b, T, H * d) @ W_o",
+        "return (O.transpose(-3, -2).reshape(*b, T, H * d) @ W_o).float()",
+    ),
+)
+# the lesson's numbers with its dtype kept, written as students write them: each head in a loop, or einsum
+RIGHT = {
+    "loops": {
+        "ex08_multi_head_attention": """
+def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+    d_k, d_v, T = W_q.shape[-1] // n_heads, W_v.shape[-1] // n_heads, X.shape[-2]
+    heads = []
+    for h in range(n_heads):
+        Q = X @ W_q[:, h * d_k:(h + 1) * d_k]
+        K = X @ W_k[:, h * d_k:(h + 1) * d_k]
+        V = X @ W_v[:, h * d_v:(h + 1) * d_v]
+        S = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
+        if causal:
+            S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=X.device).tril(), float("-inf"))
+        heads.append(torch.softmax(S, dim=-1) @ V)
+    return torch.cat(heads, dim=-1) @ W_o
+""",
+        "ex08_grouped_query_attention": """
+def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
+    d_k, d_v, T = W_q.shape[-1] // n_heads, W_v.shape[-1] // n_kv_heads, X.shape[-2]
+    heads = []
+    for h in range(n_heads):
+        g = h // (n_heads // n_kv_heads)
+        Q = X @ W_q[:, h * d_k:(h + 1) * d_k]
+        K = X @ W_k[:, g * d_k:(g + 1) * d_k]
+        V = X @ W_v[:, g * d_v:(g + 1) * d_v]
+        S = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
+        if causal:
+            S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=X.device).tril(), float("-inf"))
+        heads.append(torch.softmax(S, dim=-1) @ V)
+    return torch.cat(heads, dim=-1) @ W_o
+""",
+    },
+    "einsum": {
+        "ex08_multi_head_attention": """
+def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+    Q, K, V = (torch.einsum("...td,dhk->...htk", X, W.unflatten(-1, (n_heads, -1))) for W in (W_q, W_k, W_v))
+    S = torch.einsum("...hqk,...hsk->...hqs", Q, K) / math.sqrt(Q.shape[-1])
+    if causal:
+        T = X.shape[-2]
+        S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=X.device).tril(), float("-inf"))
+    O = torch.einsum("...hqs,...hsv->...hqv", torch.softmax(S, dim=-1), V)
+    return torch.einsum("...htv,hvo->...to", O, W_o.unflatten(0, (n_heads, -1)))
+""",
+        "ex08_grouped_query_attention": ALTERNATIVE["ex08_grouped_query_attention"],
+    },
+}
+VISIBLE = {  # the visible check cells of each function
+    "multi_head_attention": ["test08_multi_head_attention_torch", "test08_multi_head_attention_hidden"],
+    "grouped_query_attention": [
+        "test08_grouped_query_attention_sdpa",
+        "test08_grouped_query_attention_hidden",
+    ],
+}
+
+
+@pytest.fixture
+def student_session(monkeypatch):
+    """The lesson's setup cell run in a student's session (NBGRADER_EXECUTION unset; checks recorded afresh)."""
+    from attention_course import diagnosis
+
+    saved = dict(diagnosis.CHECKS)
+    diagnosis.CHECKS.clear()
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    nb = nbformat.read(ROOT / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    cells = {c.get("id"): c.source for c in nb.cells}
+    setup = next(c.source for c in nb.cells if "from attention_course.checks import demo" in c.source)
+    namespace = {"__name__": "__main__"}
+    exec(setup, namespace)
+    yield (
+        namespace,
+        {
+            cell: re.sub(r"### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS\n", "", cells[cell], flags=re.S)
+            for cells_of in VISIBLE.values()
+            for cell in cells_of
+        },
+    )
+    diagnosis.CHECKS.clear()
+    diagnosis.CHECKS.update(saved)
+
+
+def test_a_float32_cast_fails_the_visible_dtype_check_naming_the_dtype(student_session, capsys, monkeypatch):
+    """Right numbers, float64 in and float32 out: before hand-in the visible check says so, in the words of
+    the rule; graded, it raises, and the hidden check names the dtype too."""
+    namespace, visible = student_session
+    exec(MHA_FLOAT32, namespace)
+    exec(visible["test08_multi_head_attention_torch"], namespace)  # float32 inputs: the numbers are right
+    assert "FAILED" not in capsys.readouterr().out
+    exec(visible["test08_multi_head_attention_hidden"], namespace)
+    flat = " ".join(capsys.readouterr().out.replace("|", " ").split())
+    assert "FAILED: this check of `multi_head_attention`" in flat, flat
+    assert "multi_head_attention returned a float32 tensor for float64 inputs" in flat, flat
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(AssertionError, match="returned a float32 tensor for float64 inputs"):
+        exec(visible["test08_multi_head_attention_hidden"], namespace)
+    with pytest.raises(
+        AssertionError, match=r"has dtype float32, expected float64 \(the dtype of the inputs\)"
+    ):
+        grader.check(
+            "multi_head_attention", wrong_versions.answer_function(MHA_FLOAT32, "multi_head_attention")
+        )
+
+
+@pytest.mark.parametrize("way", sorted(RIGHT))
+def test_right_versions_pass_the_visible_dtype_checks_and_the_hidden_ones(way, student_session, capsys):
+    namespace, visible = student_session
+    for cell, source in RIGHT[way].items():
+        name = cell.removeprefix("ex08_")
+        exec(source, namespace)
+        grader.check(name, namespace[name])
+        for check in VISIBLE[name]:
+            exec(visible[check], namespace)
+            out = capsys.readouterr().out
+            assert "FAILED" not in out, f"{way} {check}:\n{out}"
+
+
+@pytest.mark.slow
+def test_a_float32_cast_loses_the_hidden_points_naming_the_dtype(built_course):
+    result = wrong_versions.grade(
+        LESSON, "float32_08", {"ex08_multi_head_attention": MHA_FLOAT32}, built_course
+    )
+    grades = result["grades"]
+    assert grades["test08_multi_head_attention_torch"] == (2, 2), grades  # float32 inputs: right
+    assert grades["test08_multi_head_attention_hidden"] == (0, 4), grades
+    assert result["score"] == result["max_score"] - 4, result
+    message = cell_error(course.autograded_path(LESSON, "float32_08"), "test08_multi_head_attention_hidden")
+    assert "has dtype float32, expected float64 (the dtype of the inputs)" in message, message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("way", sorted(RIGHT))
+def test_right_versions_in_loops_or_einsum_get_full_marks(way, built_course):
+    wrong_versions.assert_full_marks(LESSON, f"{way}08", RIGHT[way], built_course, with_solutions=True)

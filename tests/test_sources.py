@@ -252,6 +252,67 @@ def test_a_broken_rule_is_named(what, tmp_path):
     assert any(p.startswith(f"{LESSON}: ") and expected in p for p in problems), problems
 
 
+# ----------------------------------------------------------- example cells run the functions inside demo
+
+# example cells added to lesson 04 (example-1, example-2, ...), and what check-sources says of them
+EXAMPLES_OUTSIDE_DEMO = {
+    "a call": (
+        ["S_try = apply_mask(torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.bool))"],
+        "example-1: line 1 uses apply_mask outside demo: put it inside `with demo(apply_mask):`",
+    ),
+    "a function handed to another": (
+        ["if is_implemented(causal_mask, 3):\n    print('ready')"],
+        "example-1: line 1 uses causal_mask outside demo",
+    ),
+    "a helper of an earlier cell, called": (
+        ["def masked(S):\n    return apply_mask(S, causal_mask(S.shape[-1]))", "masked(torch.zeros(3, 3))"],
+        "example-2: line 1 uses masked (which runs causal_mask, apply_mask) outside demo: "
+        "put it inside `with demo(causal_mask, apply_mask):`",
+    ),
+    "a demo that names another function": (
+        ["with demo(causal_mask):\n    apply_mask(torch.zeros(2, 2), causal_mask(2))"],
+        "example-1: line 2 uses apply_mask inside a demo(...) that does not name apply_mask",
+    ),
+}
+EXAMPLES_IN_DEMO = {
+    "with demo": ["with demo(causal_mask, apply_mask):\n    apply_mask(torch.zeros(2, 2), causal_mask(2))"],
+    "a function decorated with demo": [
+        "@demo(causal_mask)\ndef show(T=3):\n    print(causal_mask(T))",
+        "show(3)",
+    ],
+    "a helper called inside demo": [
+        "def masked(S):\n    return apply_mask(S, causal_mask(S.shape[-1]))",
+        "with demo(causal_mask, apply_mask):\n    masked(torch.zeros(3, 3))",
+    ],
+    "only names and strings": ['print(torch.softmax(torch.zeros(2), dim=-1), "apply_mask")'],
+}
+
+
+def _with_examples(nb, sources):
+    """The notebook with one code cell per source (ids example-1, example-2, ...) before its summary."""
+    at = nb.cells.index(_cell(nb, "where-you-stand")) - 1
+    for i, source in enumerate(sources, start=1):
+        nb.cells.insert(at, nbformat.v4.new_code_cell(source, id=f"example-{i}"))
+        at += 1
+
+
+@pytest.mark.parametrize("what", sorted(EXAMPLES_OUTSIDE_DEMO))
+def test_an_example_using_a_function_outside_demo_is_named(what, copy):
+    """Run All stops at the first broken function an example cell runs outside demo: check-sources says where."""
+    sources, expected = EXAMPLES_OUTSIDE_DEMO[what]
+    _rewrite(copy / "solutions" / LESSON / f"{LESSON}.ipynb", lambda nb: _with_examples(nb, sources))
+    problems = check_sources(copy)
+    assert any(p.startswith(f"{LESSON}: {expected}") for p in problems), problems
+
+
+@pytest.mark.parametrize("what", sorted(EXAMPLES_IN_DEMO))
+def test_an_example_using_the_functions_inside_demo_passes(what, tmp_path):
+    nb = nbformat.read(SOLUTION, as_version=4)
+    _with_examples(nb, EXAMPLES_IN_DEMO[what])
+    nbformat.write(nb, tmp_path / f"{LESSON}.ipynb")
+    assert check_lesson(tmp_path / f"{LESSON}.ipynb") == []
+
+
 # ----------------------------------------------------------- the lesson's files around its notebook
 
 

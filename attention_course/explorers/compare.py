@@ -57,6 +57,8 @@ def cell_words(got: float, want: float, what: str = "score") -> str:
         return f"{fmt(got)} where a finite {what} ({fmt(want)}) was expected"
     if math.isinf(want) and not math.isinf(got):
         return f"{fmt(got)} where {fmt(want)} was expected"
+    if f"{got:.3f}" == f"{want:.3f}":  # too close for 3 places: as many as tell them apart
+        return f"{got:.6g} where {want:.6g} was expected"
     return f"{fmt(got, 3)} where {fmt(want, 3)} was expected"
 
 
@@ -68,6 +70,8 @@ def ratio_words(got: torch.Tensor, want: torch.Tensor, hints: dict[float, str] |
         return ""
     r = g[ok] / w[ok]
     ratio = r.median().item()
+    if ratio == 0:  # every value 0 where the lesson's is not: no "times smaller"
+        return ""
     if not torch.allclose(r, torch.full_like(r, ratio), rtol=1e-3, atol=1e-9) or abs(ratio - 1) < 1e-3:
         return ""
     if ratio < 0:
@@ -107,7 +111,8 @@ def size_words(got: torch.Tensor, want: torch.Tensor, what: str = "score", hints
     parts = [f"{kind} ({n} cell{'s' if n != 1 else ''})" for kind, n in kinds.items()]
     if finite_gaps:
         ratio = ratio_words(got, want, hints)
-        parts.append(ratio or f"off by up to {fmt(max(finite_gaps), 3)}")
+        gap = max(finite_gaps)
+        parts.append(ratio or f"off by up to {fmt(gap, 3) if gap >= 5e-4 else f'{gap:.2g}'}")
     return "; ".join(parts)
 
 

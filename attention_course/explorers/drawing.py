@@ -25,6 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
+from matplotlib.patches import Rectangle
 
 DPI = 80
 MIN_TEXT_PX = 11.0  # the smallest text on a projector at 100% zoom, in CSS pixels
@@ -289,3 +290,51 @@ def _cmap_with_bad():
     import matplotlib
 
     return matplotlib.colormaps[CMAP].with_extremes(bad=MASKED)
+
+
+# the words beside a framed panel, as in the stage stepper
+DEPARTS_NOTE = "first differs from the lesson here"
+
+
+class DepartsFrames:
+    """A vermillion frame and a note for each panel that can depart from the lesson; at most one is shown.
+
+    ``panels`` maps a key to (axes, (x, y) of the note in the axes' coordinates, the note's
+    vertical alignment, an arrow pointing from the note to the panel). The frame is drawn as
+    the stage stepper draws its own: 3 px of vermillion just outside the axes. Every artist
+    starts hidden; add :attr:`artists` to the figure's animated ones.
+    """
+
+    def __init__(self, panels: dict):
+        self.frames, self.notes = {}, {}
+        for key, (ax, (x, y), va, arrow) in panels.items():
+            frame = Rectangle(
+                (-0.012, -0.012),
+                1.024,
+                1.024,
+                transform=ax.transAxes,
+                fill=False,
+                ec=VERMILLION,
+                lw=3,
+                clip_on=False,
+                visible=False,
+            )
+            ax.add_patch(frame)
+            note = quick_text(
+                ax, x, y, axes_coords=True, ha="center", va=va, fontsize=FONT, weight="bold", color=VERMILLION
+            )
+            note.set_text(f"{arrow} {DEPARTS_NOTE}".strip())
+            note.set_visible(False)
+            self.frames[key], self.notes[key] = frame, note
+        self.shown = None
+
+    @property
+    def artists(self) -> list:
+        return [*self.frames.values(), *self.notes.values()]
+
+    def show(self, key) -> None:
+        """Frame the panel ``key`` (None: frame nothing)."""
+        self.shown = key if key in self.frames else None
+        for k in self.frames:
+            self.frames[k].set_visible(k == self.shown)
+            self.notes[k].set_visible(k == self.shown)

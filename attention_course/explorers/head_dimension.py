@@ -28,6 +28,7 @@ from .drawing import (
     ORANGE,
     VERMILLION,
     Bars,
+    DepartsFrames,
     FastFigure,
     _sources_footer,
     quick_text,
@@ -42,6 +43,7 @@ SATURATED = 0.2  # nats: below this a row is "near one-hot" (about 1.1 keys shar
 CURVE_D_K = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # log-spaced: the entropy curve's points
 HEAD_SEED = 4
 HEAD_ROW = 5  # "the": saturates at d_k = 64 unscaled with this seed
+PANELS = {"scaled": "spread", "A": "heat"}  # the panel that shows each compared matrix
 
 
 def draw_head_vectors(seed: int, T: int = len(HEAD_TOKENS), d_max: int = D_K_MAX):
@@ -79,6 +81,11 @@ class HeadView:
     def shown(self) -> torch.Tensor:
         """The scores that go into softmax: scaled when the toggle is on."""
         return self.scaled if self.scale else self.raw
+
+    @property
+    def departs(self) -> str | None:
+        """The panel that first departs from the lesson ("spread" or "heat"), None where none does."""
+        return PANELS[self.differences[0].stage] if self.differences else None
 
     @property
     def top(self) -> tuple[str, float]:
@@ -180,7 +187,7 @@ def head_view(
         differences.append(
             compare(
                 "scaled",
-                f"the scaled scores at d_k = {d_k}",
+                f"the scaled scores at d_k = {d_k}, in the lower row of the panel 'Score spread'",
                 scaled,
                 raw / root,
                 "scaled_scores",
@@ -193,7 +200,7 @@ def head_view(
         want = torch.softmax(shown, dim=-1)
         diff = compare(
             "A",
-            "the weights",
+            "the weights, in the panel 'Softmax weights A'",
             weights,
             want,
             "softmax",
@@ -296,6 +303,9 @@ def _as_double(t) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- figure
+
+
+SPREAD_NOTE_Y, HEAT_NOTE_Y = -0.3, -0.375  # axes coordinates: under each panel's axis label
 
 
 class HeadDimensionFigure:
@@ -413,6 +423,13 @@ class HeadDimensionFigure:
             labelspacing=0.25,
         )
         _sources_footer(fig, footer)
+        # the panel whose matrix first departs from the lesson: framed, with a note under it
+        self.departs = DepartsFrames(
+            {
+                "spread": (ax_spread, (0.5, SPREAD_NOTE_Y), "top", "\u25b2"),
+                "heat": (ax_heat, (0.5, HEAT_NOTE_Y), "top", "\u25b2"),
+            }
+        )
 
         ff.animate(
             self.raw_dots,
@@ -430,6 +447,7 @@ class HeadDimensionFigure:
             self.entropy_text,
             self.d_line,
             self.d_point,
+            *self.departs.artists,
         )
 
     def update(self, v: HeadView) -> None:
@@ -457,6 +475,7 @@ class HeadDimensionFigure:
         self.bar_title.set_text(self._bar_title(v.row))
         self.d_line.set_xdata([v.d_k, v.d_k])
         self.d_point.set_data([v.d_k], [v.row_entropy])
+        self.departs.show(v.departs)
 
     def _bar_title(self, row: int) -> str:
         return f"Weights of row '{self.tokens[row]}' (H: entropy, nats)"

@@ -8,15 +8,26 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ipywidgets as W
 import numpy as np
+import torch
 from matplotlib.patches import Rectangle
 
 from .base import Explorer, _classes, _image, _pre, _quick, _readout
 from .choosing import StudentFunctionError, banner_html, banner_text, choose, fallback
-from .drawing import FONT_SMALL, FONT_TITLE, SKY, Bars, FastFigure, _sources_footer, quick_text
+from .compare import Difference, compare, is_empty, sum_words
+from .drawing import (
+    FONT_SMALL,
+    FONT_TITLE,
+    SKY,
+    Bars,
+    DepartsFrames,
+    FastFigure,
+    _sources_footer,
+    quick_text,
+)
 from .numeric import fmt, fmt_list
 
 # ----------------------------------------------------------------- computation
@@ -33,6 +44,13 @@ class ColourView:
     scores: dict[str, float]
     weights: dict[str, float]
     output: tuple[float, ...]
+    yours: bool = False  # whether the student's soft_lookup made the weights and the blend
+    differences: tuple[Difference, ...] = ()  # where they depart from the lesson's arithmetic, in panel order
+
+    @property
+    def departs(self) -> str | None:
+        """The panel that first departs from the lesson ("weights", "blend", "curves"), None where none does."""
+        return self.differences[0].stage if self.differences else None
 
     @property
     def rgb(self) -> tuple[int, int, int]:
@@ -45,22 +63,34 @@ class ColourView:
         return "#{:02x}{:02x}{:02x}".format(*self.rgb)
 
     def summary(self) -> str:
+        """The readout in words, read from the weights and the blend shown (the student's where theirs ran)."""
         names = list(self.keys)
+        row = [self.weights[n] for n in names]
         top = max(names, key=self.weights.__getitem__)
+        sums_to_1 = math.isclose(sum(row), 1.0, abs_tol=1e-3)
+        scores = "the lesson's scores" if self.yours else "scores"
         lines = [
             f"query {fmt_list(self.query)}, sharpness {fmt(self.sharpness, 2)}",
-            "scores = sharpness * (query . key) / sqrt(2): "
+            f"{scores} = sharpness * (query . key) / sqrt({len(self.query)}): "
             + ", ".join(f"{n} {self.scores[n]:.2f}" for n in names),
-            "weights: " + ", ".join(f"{n} {self.weights[n]:.2f}" for n in names),
-            f"blend: [{self.output[0]:.0f}, {self.output[1]:.0f}] (red, green amounts) = colour {self.hex}",
+            "weights: "
+            + ", ".join(f"{n} {self.weights[n]:.2f}" for n in names)
+            + ("" if sums_to_1 else " (" + ("all 0" if is_empty(row) else sum_words(row)) + ")"),
+            "blend: ["
+            + ", ".join(f"{x:.0f}" for x in self.output)
+            + f"] (red, green amounts) = colour {self.hex}",
         ]
         w = self.weights[top]
-        if w > 0.9:
+        if not sums_to_1:
+            lines.append("These weights do not sum to 1, so the blend is not a mix of the values: see below.")
+        elif w > 0.9:
             lines.append(f"Almost a hard look-up: '{top}' takes {w:.0%}. Lower the sharpness to blend.")
         elif w < 1.5 / len(names):
             lines.append("Nearly an even blend: raise the sharpness to pick a winner.")
         else:
             lines.append(f"'{top}' leads with {w:.0%}; the others still colour the blend.")
+        if self.differences:
+            lines.append(self.differences[0].line())
         return "\n".join(lines)
 
 
@@ -95,16 +125,106 @@ def colour_view(
         weights, output = soft_lookup(*copy.deepcopy((query, keys, values)), float(sharpness))
     else:
         weights = _colour_weights(scores)
-        width = len(next(iter(values.values())))
-        output = [sum(weights[n] * values[n][c] for n in keys) for c in range(width)]
+        output = _blend(weights, values)
+    weights = {n: float(weights[n]) for n in keys}
+    output = tuple(float(x) for x in output)
     return ColourView(
         query=tuple(query),
         keys={n: tuple(k) for n, k in keys.items()},
         values={n: tuple(v) for n, v in values.items()},
         sharpness=float(sharpness),
         scores=scores,
-        weights={n: float(weights[n]) for n in keys},
-        output=tuple(float(x) for x in output),
+        weights=weights,
+        output=output,
+        yours=soft_lookup is not None,
+        differences=lookup_differences(scores, values, float(sharpness), weights, output)
+        if soft_lookup is not None
+        else (),
+    )
+
+
+def _blend(weights: dict[str, float], values: dict[str, Sequence[float]]) -> list[float]:
+    """The lesson's blend: sum over the keys of weight * value, entry by entry."""
+    width = len(next(iter(values.values())))
+    return [sum(weights[n] * values[n][c] for n in values) for c in range(width)]
+
+
+def _amount(c: int, width: int) -> str:
+    return f"the {('red', 'green')[c]} amount" if width == 2 else f"blend[{c}]"
+
+
+def lookup_differences(
+    scores: dict[str, float],
+    values: dict[str, Sequence[float]],
+    sharpness: float,
+    weights: dict[str, float],
+    output: Sequence[float],
+) -> tuple[Difference, ...]:
+    """Where the weights and the blend shown depart from the lesson's arithmetic, in the figure's order.
+
+    The weights against the softmax of the lesson's scores; the blend against the lesson's
+    blend of the weights shown (so a blend is faulted only for its own arithmetic).
+    """
+    names = list(scores)
+    got = torch.tensor([weights[n] for n in names], dtype=torch.float64)
+    want = _colour_weights(scores)
+    top = max(scores.values())
+    hints = {  # every weight one multiple of the lesson's: the exps were not divided by their sum
+        sum(math.exp(x - top) for x in scores.values()): "as if the exps were not divided by their sum",
+    }
+    if top < 700:  # math.exp overflows past 709
+        hints[sum(math.exp(x) for x in scores.values())] = "as if the exps were not divided by their sum"
+    at = f"at sharpness {fmt(sharpness, 2)}"
+    found = [
+        compare(
+            "weights",
+            f"the weights {at}, in the panel 'Weights'",
+            got,
+            torch.tensor([want[n] for n in names], dtype=torch.float64),
+            "soft_lookup",
+            True,
+            lambda ix: f"the weight of '{names[ix[0]]}'",
+            what="weight",
+            hints=hints,
+        )
+    ]
+    blend = torch.tensor(list(output), dtype=torch.float64)
+    lesson = torch.tensor(_blend(weights, values), dtype=torch.float64)
+    found.append(
+        compare(
+            "blend",
+            f"the blend of these weights {at}, in the panel 'The blend'",
+            blend,
+            lesson,
+            "soft_lookup",
+            True,
+            lambda ix: _amount(ix[0], len(lesson)),
+            what="amount",
+        )
+    )
+    return tuple(d for d in found if d is not None)
+
+
+def curve_difference(
+    query: Sequence[float],
+    keys: dict[str, Sequence[float]],
+    grid: Sequence[float],
+    curves: dict[str, list[float]],
+) -> Difference | None:
+    """Where the weight curves shown (the student's soft_lookup over ``grid``) depart from the lesson's."""
+    names = list(keys)
+    lesson = [_colour_weights(colour_scores(query, keys, float(s))) for s in grid]
+    got = torch.tensor([curves[n] for n in names], dtype=torch.float64)  # (keys, grid)
+    want = torch.tensor([[w[n] for w in lesson] for n in names], dtype=torch.float64)
+    return compare(
+        "curves",
+        "the weights as the sharpness grows, in the panel 'Each weight as the sharpness grows'",
+        got,
+        want,
+        "soft_lookup",
+        True,
+        lambda ix: f"the weight of '{names[ix[0]]}' at sharpness {fmt(grid[ix[1]], 2)}",
+        what="weight",
     )
 
 
@@ -140,6 +260,10 @@ def colour_curves(
 KEY_COLOURS = {"red": "#E41A1C", "green": "#2CA02C", "orange": "#FF9F1C"}
 KEY_STYLES = {"red": ("-", "o"), "green": ("--", "s"), "orange": (":", "^")}  # line style, marker
 _PLAIN = ("-", "o")
+
+
+# axes coordinates of the notes beside a framed panel: under the top row's panels, above the curves' title
+WEIGHTS_NOTE_Y, BLEND_NOTE_Y, CURVES_NOTE_Y = -0.28, -0.12, 1.135
 
 
 class SharpnessFigure:
@@ -213,6 +337,14 @@ class SharpnessFigure:
         )
         ax_vec.legend(loc="lower left", frameon=False, handlelength=2.2, labelspacing=0.2, borderaxespad=0.2)
         _sources_footer(fig, footer)
+        # the panel that first departs from the lesson: framed, with a note beside it
+        self.departs = DepartsFrames(
+            {
+                "weights": (ax_w, (0.5, WEIGHTS_NOTE_Y), "top", "\u25b2"),
+                "blend": (ax_sw, (0.5, BLEND_NOTE_Y), "top", "\u25b2"),
+                "curves": (ax_curve, (0.5, CURVES_NOTE_Y), "bottom", "\u25bc"),
+            }
+        )
 
         ff.animate(
             self.bars.collection,
@@ -224,6 +356,7 @@ class SharpnessFigure:
             self.s_line,
             *self.key_lines,
             self.query_line,
+            *self.departs.artists,
         )
 
     def update(self, v: ColourView, curves: dict[str, list[float]]) -> None:
@@ -232,20 +365,21 @@ class SharpnessFigure:
         for name, label, seg, line in zip(self.names, self.bar_labels, self.segments, self.curves):
             w = v.weights[name]
             label.set_text(f"{w:.2f}")
-            label.set_y(w + 0.02)
+            label.set_y(min(w, 1.03) + 0.02)  # a weight above 1 (a wrong soft_lookup) keeps its label
             seg.set_x(left * self.bar_width)
             seg.set_width(w * self.bar_width)
             left += w
             line.set_data(self.grid, curves[name])
         self.swatch.set_facecolor(v.hex)
-        r, g, _ = v.rgb
-        self.swatch_text.set_text(f"[{r}, {g}]")
+        # the amounts as computed (the swatch's colour clips them to 0..255)
+        self.swatch_text.set_text("[" + ", ".join(f"{x:.0f}" for x in v.output[:2]) + "]")
         self.s_line.set_xdata([v.sharpness, v.sharpness])
         for name, line in zip(self.names, self.key_lines):
             x, y = v.keys[name][:2]
             line.set_data([0, x], [0, y])
         qx, qy = v.query[:2]
         self.query_line.set_data([0, qx], [0, qy])
+        self.departs.show(v.departs)
 
     def render(self) -> bytes:
         return self.ff.render()
@@ -276,6 +410,7 @@ class SharpnessExplorer(Explorer):
         self.figure = SharpnessFigure(self.names, self.grid, f"soft_lookup: {self.choice.source}")
         self._curve_key = None
         self._curves = None
+        self._curve_difference = None
         q = list(query) if query is not None else d.query
         sharp = W.FloatSlider(
             value=sharpness,
@@ -360,7 +495,10 @@ class SharpnessExplorer(Explorer):
         key = (tuple(query), tuple(tuple(k) for k in keys.values()))
         if key != self._curve_key:
             self._curves = colour_curves(query, keys, values, self.grid, fn)
+            self._curve_difference = curve_difference(query, keys, self.grid, self._curves) if fn else None
             self._curve_key = key
+        if self._curve_difference is not None:  # the curves come after the weights and the blend
+            v = replace(v, differences=(*v.differences, self._curve_difference))
         self.state = v
         self.figure.update(v, self._curves)
         self.image.value = self.figure.render()

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
 import traceback
 import warnings
@@ -66,12 +65,10 @@ from grader.classroom.context import (
     _digest,
     _error_output,
     _grade_cells,
-    _new_context,
     worst,
 )
 from grader.classroom.executors import RUN_AREA
 from grader.classroom.independent import (
-    _abandon_checks,
     _checks_job,
     _discard_checks,
     _finish_checks,
@@ -85,15 +82,7 @@ from grader.classroom.jobs import (  # noqa: F401 - re-exported
     default_protected,
     digest_of,
 )
-from grader.classroom.lifecycle import (
-    _begin_notebook,
-    _close_box,
-    _configure_kernels,
-    _drop_early_kernel,
-    _kill_kernels,
-    _start_early,
-    _stop_notebook,
-)
+from grader.classroom.lifecycle import _begin_notebook, _start_early, begin, end, stop_student_code
 from grader.classroom.trees import remove_tree
 from grader.classroom.verdicts import read_regular
 
@@ -171,18 +160,10 @@ class GuardedExecute(Execute):
                 km = early
             else:
                 _CONTEXT["kernel"] = early  # another kind than the notebook asks for: stopped after
-        if _CONTEXT.get("plain"):
-            watchdog = threading.Timer(_CONTEXT["options"].notebook_timeout, _stop_notebook)
-            watchdog.daemon = True
-            watchdog.start()
-            _CONTEXT["watchdog"] = watchdog
         try:
             return super().preprocess(nb, resources, km)
         except Exception as e:  # noqa: BLE001 - the kernel or the notebook ran out of road
             return self._ran_out(nb, resources, e)
-        finally:
-            if _CONTEXT.get("watchdog") is not None:
-                _CONTEXT.pop("watchdog").cancel()
 
     @contextmanager
     def setup_kernel(self, **kwargs: Any) -> Iterator[None]:
@@ -383,14 +364,14 @@ def _placeholder(lesson_id: str, why: str) -> Any:
         f"**This submission could not be graded: the file is not a readable notebook.**\n\n{why}\n\n"
         "Every check below is marked as failed. Submit the `.ipynb` file saved from Jupyter."
     )
-    note.metadata["nbgrader"] = {
-        "grade": False,
-        "grade_id": "invalid-notebook-note",
-        "locked": True,
-        "schema_version": 3,
-        "solution": False,
-        "task": False,
-    }
+    note.metadata["nbgrader"] = dict(
+        grade=False,
+        grade_id="invalid-notebook-note",
+        locked=True,
+        schema_version=3,
+        solution=False,
+        task=False,
+    )
     for cell in _grade_cells(nb):
         cell.outputs = [
             _error_output("InvalidNotebook", "not run: the submitted file is not a readable notebook")
@@ -417,11 +398,9 @@ def grade_job(job: Job) -> JobResult:
         result.status = "grading failed"
         result.error = traceback.format_exc()[-4000:]
     finally:
-        _abandon_checks()
-        remove_tree(root)
+        end()
+        remove_tree(root)  # where the notebook's set-up never began
         _private_gradebook().unlink(missing_ok=True)
-        _close_box()
-        _CONTEXT.clear()
     result.seconds = round(time.perf_counter() - start, 3)
     return result
 
@@ -438,16 +417,9 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         nb = _placeholder(job.lesson, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
         result.status = "invalid notebook"
         result.notebook = nbformat.writes(nb).encode()
+        why = "not a readable notebook"
         result.cells = [
-            CellResult(
-                t.grade_id,
-                lesson.exercise_of(t.grade_id),
-                t.points,
-                0.0,
-                None,
-                None,
-                "not a readable notebook",
-            )
+            CellResult(t.grade_id, lesson.exercise_of(t.grade_id), t.points, 0.0, None, None, why)
             for t in lesson.tests
         ]
         return
@@ -470,23 +442,19 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     gradebook = _private_gradebook()
     gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
     deny = (list(opts.protect) or default_protected()) + [str(_private_area())]
-    _new_context(
+    autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
+    begin(
         root,
         lesson,
         opts,
         deny,
+        autograded_dir,
         job=True,
         timestamp=job.timestamp,
         student=job.student,
         submission=_digest(job.notebook),
     )
-    autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
-    _configure_kernels(root, autograded_dir, deny, opts)
-
     t0 = time.perf_counter()
-    watchdog = threading.Timer(opts.notebook_timeout, _stop_notebook)
-    watchdog.daemon = True
-    watchdog.start()
     try:
         from nbgrader.apps import NbGraderAPI
 
@@ -497,9 +465,7 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         api = NbGraderAPI(config=cfg)
         outcome = api.autograde(job.lesson, PRIVATE_STUDENT, force=True, create=True)
     finally:
-        watchdog.cancel()
-        _drop_early_kernel()
-        _kill_kernels()
+        stop_student_code()
     _CONTEXT["phases"]["nbgrader autograde"] = round(time.perf_counter() - t0, 3)
     if _CONTEXT.get("could_not_grade"):
         raise CouldNotGrade(_CONTEXT["could_not_grade"])

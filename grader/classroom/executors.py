@@ -322,7 +322,7 @@ class LocalExecutor(Executor):
     @staticmethod
     def _stop_pools(pools: list) -> None:
         """Stop these pools' worker processes now (terminated, then killed if they linger)."""
-        processes = [p for pool in pools for p in getattr(pool, "_processes", {}).values()]
+        processes = [p for pool in pools for p in (getattr(pool, "_processes", None) or {}).values()]
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
         for p in processes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +42,50 @@ def _begin_notebook(resources: dict, config: Any) -> bool:
         submission = _digest(course.submission_path(lesson_id, student).read_bytes())
     except OSError:
         submission = ""
-    _new_context(root, lesson, opts, deny, plain=True, student=student, submission=submission)
-    _configure_kernels(root, autograded_dir, deny, opts)
+    begin(root, lesson, opts, deny, autograded_dir, plain=True, student=student, submission=submission)
     return True
 
 
-def _end_notebook() -> None:
-    """Stop what plain nbgrader's notebook left running and delete its private folder."""
-    if not _CONTEXT.get("plain"):
+def begin(root: Path, lesson: Any, opts: Options, deny: list[str], autograded_dir: Path, **who: Any) -> None:
+    """Set up one notebook's grading, the same for the course's tool and for plain nbgrader: its
+    context (private folders, what it may not touch, empty records), how its kernel starts (seal,
+    guard, memory cap), and the watchdog of its time limit (``opts.notebook_timeout``)."""
+    _new_context(root, lesson, opts, deny, **who)
+    _configure_kernels(root, autograded_dir, deny, opts)
+    watchdog = threading.Timer(opts.notebook_timeout, _stop_notebook)
+    watchdog.daemon = True
+    watchdog.start()
+    _CONTEXT["watchdog"] = watchdog
+
+
+def stop_student_code() -> None:
+    """Once the notebook has run: its watchdog off, a kernel started early and not used stopped,
+    its kernels killed and, in the seal, every process it left behind (once)."""
+    if not _CONTEXT or _CONTEXT.get("stopped"):
         return
-    watchdog = _CONTEXT.get("watchdog")
+    watchdog = _CONTEXT.pop("watchdog", None)
     if watchdog is not None:
         watchdog.cancel()
-    _abandon_checks()
+    _drop_early_kernel()
     _kill_kernels()
-    remove_tree(_CONTEXT["root"])
+    _CONTEXT["stopped"] = True
+
+
+def end() -> None:
+    """The notebook is done (graded or not): everything it started stopped, its private folder and
+    its box deleted; later kernels start with the defaults again."""
+    if _CONTEXT:
+        stop_student_code()
+        _abandon_checks()
+        remove_tree(_CONTEXT["root"])
     _close_box()
     _CONTEXT.clear()
+
+
+def _end_notebook() -> None:
+    """Plain nbgrader's notebook is done (the tool's job ends in ``autograde.grade_job``)."""
+    if _CONTEXT.get("plain"):
+        end()
 
 
 def _protected_around(autograded_dir: Path) -> list[str]:

@@ -272,9 +272,12 @@ def _font_caches() -> list[str]:
     ]
     found: dict[str, str] = {}
     for folder in folders:
-        if folder and Path(folder).is_dir():
-            for f in sorted(Path(folder).glob("fontlist-*.json")):
-                found.setdefault(f.name, str(f))
+        try:  # a home this user may not enter has no cache to share
+            names = sorted(Path(folder).glob("fontlist-*.json")) if folder and Path(folder).is_dir() else []
+        except OSError:
+            continue
+        for f in names:
+            found.setdefault(f.name, str(f))
     return list(found.values())
 
 

@@ -21,7 +21,7 @@ from grader.classroom import lessons, seal
 from grader.classroom.context import _CONTEXT, CouldNotGrade, _error_output, _grade_cells, run_status
 from grader.classroom.independent import _finish_checks
 from grader.classroom.jobs import CellResult
-from grader.classroom.lifecycle import _drop_early_kernel, _end_notebook, _kill_kernels
+from grader.classroom.lifecycle import _end_notebook, stop_student_code
 from grader.classroom.trees import remove_tree
 
 
@@ -281,8 +281,7 @@ def _after_student_code(resources: dict) -> None:
     files from ``solutions/``). Where the kernel worked in nbgrader's own folder (not sealed),
     every link and special file it made there is removed.
     """
-    _drop_early_kernel()
-    _kill_kernels()
+    stop_student_code()
     folder = Path((resources.get("metadata") or {}).get("path") or "")
     if not folder.name:
         return

@@ -47,6 +47,21 @@ def salted(salt: int) -> Iterator[None]:
         _SALT[0] = before
 
 
+def integer(g: torch.Generator, low: int, high: int) -> int:
+    """An integer drawn from low .. high (both included) with ``g`` (from ``gen``: salted while graded)."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def uniform(g: torch.Generator, low: float, high: float) -> float:
+    """A float drawn uniformly from [low, high) with ``g`` (from ``gen``: salted while graded)."""
+    return low + (high - low) * float(torch.rand((), generator=g, dtype=torch.float64))
+
+
+def shuffled(g: torch.Generator, items: list) -> list:
+    """The items in an order drawn with ``g``."""
+    return [items[i] for i in torch.randperm(len(items), generator=g).tolist()]
+
+
 def randn(*shape: int, seed: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Seeded standard normal draw, made on the CPU then moved (same numbers everywhere)."""
     return torch.randn(*shape, generator=gen(seed), dtype=torch.float64).to(device, dtype)

@@ -165,9 +165,16 @@ def _spreads(fn, d_k: int, n: int, generator: torch.Generator):
         return None
 
 
+# The properties' generators come from ``gen`` like the cases' ones: seeded with the lesson's seeds
+# outside grading, with seeds drawn from the submission's salt while graded (see _common.salted), so
+# answers memorised for one attempt's generators are of no use to the next.
+# How far the "used" generator is run first: ten times the 2 * 3000 * 16 numbers one answer draws.
+SPREAD_PROPERTY_ADVANCE = 10 * 2 * 3000 * 16 + 7
+
+
 def _same_state_same_answer(fn) -> str | None:
-    one = _spreads(fn, 16, 3000, torch.Generator().manual_seed(2718))
-    two = _spreads(fn, 16, 3000, torch.Generator().manual_seed(2718))
+    one = _spreads(fn, 16, 3000, gen(2718))
+    two = _spreads(fn, 16, 3000, gen(2718))
     if one is None or one != two:
         return (
             f"two generators in the same state gave {one} and {two}: draw every random number with "
@@ -177,8 +184,8 @@ def _same_state_same_answer(fn) -> str | None:
 
 
 def _other_seed_other_answer(fn) -> str | None:
-    one = _spreads(fn, 16, 3000, torch.Generator().manual_seed(31415))
-    two = _spreads(fn, 16, 3000, torch.Generator().manual_seed(27182))
+    one = _spreads(fn, 16, 3000, gen(31415))
+    two = _spreads(fn, 16, 3000, gen(27182))
     if one is not None and one == two:
         return (
             f"two generators with different seeds gave the same answer {one}: the spreads must be "
@@ -188,9 +195,12 @@ def _other_seed_other_answer(fn) -> str | None:
 
 
 def _state_is_used(fn) -> str | None:
-    fresh = torch.Generator().manual_seed(1618)
-    used = torch.Generator().manual_seed(1618)
-    torch.randn(7, generator=used)  # same seed, later state
+    fresh = gen(1618)
+    used = gen(1618)
+    # same seed, later state: far enough on that the answer's draws share none of the fresh one's. After
+    # a few numbers only (randn(7)), PyTorch's stream is the fresh one a block later, so all but a few
+    # dot products are the same and a float32 std is now and then the same to the last bit.
+    torch.randn(SPREAD_PROPERTY_ADVANCE, generator=used)
     one, two = _spreads(fn, 16, 3000, fresh), _spreads(fn, 16, 3000, used)
     if one is not None and one == two:
         return (

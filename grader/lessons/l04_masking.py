@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from grader.harness import Case, Exercise, Trap
-from grader.lessons._common import NEG_INF, TK, TQ, B, H, gen, label, randn
+from grader.lessons._common import NEG_INF, TK, TQ, B, H, gen, integer, label, randn, shuffled
 
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -47,9 +47,20 @@ def apply_mask(S: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 
 
 def _causal_cases(device: torch.device) -> list[Case]:
-    cases = [Case(f"T = {T}, device={device.type}", (T,), {"device": device}) for T in (4, 7, 1)]
-    cases.append(Case(f"T = 3, device='{device.type}' given as a string", (3,), {"device": device.type}))
-    cases.append(Case("T = 6, device not given (CPU)", (6,)))
+    # the sizes are drawn (afresh for each submission while graded, see _common.salted): no table of
+    # masks learnt from one attempt fits the next. T = 1, a single token, stays: the edge case every
+    # mask must get right, and a table of that one mask passes none of the drawn ones.
+    g = gen(405)
+    two, three, given_as_string, not_given = (integer(g, 2, 32) for _ in range(4))
+    cases = [Case(f"T = {T}, device={device.type}", (T,), {"device": device}) for T in (two, three, 1)]
+    cases.append(
+        Case(
+            f"T = {given_as_string}, device='{device.type}' given as a string",
+            (given_as_string,),
+            {"device": device.type},
+        )
+    )
+    cases.append(Case(f"T = {not_given}, device not given (CPU)", (not_given,)))
     return cases
 
 
@@ -93,8 +104,28 @@ CAUSAL_MASK = Exercise(
 )
 
 
+def _padding_spec(g: torch.Generator) -> list[tuple[list[int], int]]:
+    """(lengths, T) of each case: each keeps its structure (which sequences are full, partly padded,
+    empty), its sizes, lengths and order drawn with g."""
+    mixed, short, single, empty, none = (
+        integer(g, lo, hi) for lo, hi in ((4, 9), (5, 10), (2, 9), (3, 8), (2, 12))
+    )
+    return [
+        # one full sequence, one partly padded, one of a single token
+        (shuffled(g, [integer(g, 2, mixed - 1), mixed, 1]), mixed),
+        # every sequence partly padded, none full
+        ([integer(g, 1, short - 1) for _ in range(2)], short),
+        # one sequence, no padding at all
+        ([single], single),
+        # an empty sequence next to a full one and two partly padded ones
+        (shuffled(g, [0, empty, integer(g, 1, empty - 1), integer(g, 1, empty - 1)]), empty),
+        # nothing but padding (every length 0): the edge case whose structure is its point; its sizes drawn
+        ([0] * integer(g, 2, 4), none),
+    ]
+
+
 def _padding_cases(device: torch.device) -> list[Case]:
-    spec = [([3, 5, 1], 5), ([2, 6], 7), ([4], 4), ([0, 2, 3, 1], 3), ([0, 0], 2)]
+    spec = _padding_spec(gen(406))
     return [
         Case(f"lengths {lengths}, T = {T}, on {device.type}", (torch.tensor(lengths, device=device), T))
         for lengths, T in spec
@@ -156,10 +187,14 @@ def _mask_cases(device: torch.device) -> list[Case]:
     allowed2[:, 0] = True
     S3 = randn(B, TQ, TQ, seed=402, device=device, dtype=torch.float64)
     S4 = randn(B, H, TQ, TK, seed=403, device=device)
-    pad = padding_mask(torch.tensor([TK, 3], device=device), TK)[:, None]  # (B, 1, 1, TK)
+    # padding masks of a full sequence and a partly padded one, the length and the order drawn; the
+    # causal masks' structure is their point and their size is the scores' (fixed), their scores drawn
+    g = gen(407)
+    lengths = [shuffled(g, [TK, integer(g, 1, TK - 1)]) for _ in range(2)]
+    pad = padding_mask(torch.tensor(lengths[0], device=device), TK)[:, None]  # (B, 1, 1, TK)
     # scores a causal mask already hid, then a padding mask on top (masks applied one after the other)
     twice = apply_mask(randn(B, TK, TK, seed=404, device=device), causal_mask(TK, device))
-    pad3 = padding_mask(torch.tensor([4, TK], device=device), TK)  # (B, 1, TK)
+    pad3 = padding_mask(torch.tensor(lengths[1], device=device), TK)  # (B, 1, TK)
     return [
         Case(label("2-D scores, random mask", torch.float32, device), (S2, allowed2)),
         Case(

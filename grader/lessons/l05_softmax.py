@@ -11,7 +11,19 @@ import math
 import torch
 
 from grader.harness import Case, Exercise, Trap
-from grader.lessons._common import NEG_INF, TK, TQ, B, batches, dtypes, gen, label, randn, same_mistake
+from grader.lessons._common import (
+    NEG_INF,
+    TK,
+    TQ,
+    B,
+    batches,
+    dtypes,
+    gen,
+    label,
+    randn,
+    same_mistake,
+    uniform,
+)
 from grader.lessons.l04_masking import apply_mask, causal_mask
 
 
@@ -180,21 +192,67 @@ SOFTMAX = Exercise(
 )
 
 
+def _at(angle: float, length: float) -> list[float]:
+    """A 2-D key or query: ``length`` along ``angle`` (radians from the first axis), to 3 decimals."""
+    return [round(length * math.cos(angle), 3) + 0.0, round(length * math.sin(angle), 3) + 0.0]  # no -0.0
+
+
+def _colours(g: torch.Generator) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """The lesson's soft dictionary of colours, its numbers drawn with g but its meaning kept: red's key
+    points along the first axis, green's along the second, orange's between them (as [0.8, 0.6] does),
+    each about unit length; the values are (red, green) channels, 0 .. 255, of each colour."""
+    orange = math.atan2(0.6, 0.8)
+    keys = {
+        name: _at(angle + uniform(g, -0.1, 0.1), uniform(g, 0.85, 1.15))
+        for name, angle in (("red", 0.0), ("green", math.pi / 2), ("orange", orange))
+    }
+    channels = {
+        "red": ((200, 255), (0, 40)),
+        "green": ((0, 40), (200, 255)),
+        "orange": ((220, 255), (130, 190)),
+    }
+    values = {name: [float(round(uniform(g, lo, hi))) for lo, hi in both] for name, both in channels.items()}
+    return keys, values
+
+
 def _colour_cases(device: torch.device) -> list[Case]:
-    keys = {"red": [1.0, 0.0], "green": [0.0, 1.0], "orange": [0.8, 0.6]}
-    values = {"red": [255.0, 0.0], "green": [0.0, 255.0], "orange": [255.0, 165.0]}
-    long_orange = dict(keys, orange=[1.6, 1.2])
-    three = {"a": [0.5, -1.0, 2.0], "b": [1.0, 0.0, 0.0], "c": [-0.3, 0.3, 0.9], "d": [0.0, 0.0, 0.0]}
-    three_v = {"a": [1.0], "b": [2.0], "c": [4.0], "d": [8.0]}
+    # every number is drawn (afresh for each submission while graded, see _common.salted): no table of
+    # answers learnt from one attempt fits the next. Each case keeps its purpose: three levels of
+    # sharpness, a query near green, orange's key doubled, a sharpness that overflows a naive math.exp.
+    g = gen(517)
+    keys, values = _colours(g)
+    near_red = _at(uniform(g, 0.0, 0.2), uniform(g, 0.9, 1.1))  # as [1.0, 0.1]
+    near_green = _at(math.pi / 2 + uniform(g, -0.1, 0.1), uniform(g, 0.9, 1.1))
+    long_orange = dict(keys, orange=[2 * x for x in keys["orange"]])
+    sharp = [round(uniform(g, lo, hi), 2) for lo, hi in ((0.5, 2.0), (3.0, 8.0), (15.0, 40.0))]
+    middle = [round(uniform(g, 3.0, 8.0), 2) for _ in range(2)]
+    # red's score is at least 0.7 / sqrt(2) of this (both about unit length, at most 0.3 rad apart):
+    # above 1200, far past the 709.8 where math.exp overflows
+    overflow = float(round(uniform(g, 2500.0, 6000.0)))
+    # 3-D keys with one key of zeros (a score of 0 whatever the query), 1-D values
+    draw = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    rows = [[round(float(x), 3) for x in row] for row in draw.tolist()]
+    three = {"a": rows[0], "b": rows[1], "c": rows[2], "d": [0.0, 0.0, 0.0]}
+    three_v = {name: [round(uniform(g, 0.0, 10.0), 2)] for name in three}
+    three_sharp = round(uniform(g, 1.0, 3.0), 2)
     cases = [
-        Case(f"colours, query [1.0, 0.1], sharpness {s}", ([1.0, 0.1], keys, values, s))
-        for s in (1.0, 5.0, 25.0)
+        Case(f"colours, a query near red {near_red}, sharpness {s:g}", (near_red, keys, values, s))
+        for s in sharp
     ]
     cases += [
-        Case("colours, query [0.0, 1.0], sharpness 5", ([0.0, 1.0], keys, values, 5.0)),
-        Case("colours, orange's key doubled, sharpness 5", ([1.0, 0.1], long_orange, values, 5.0)),
-        Case("colours, sharpness 2000 (overflow test)", ([1.0, 0.1], keys, values, 2000.0)),
-        Case("3-D keys, 1-D values, sharpness 2", ([0.2, 0.4, -1.0], three, three_v, 2.0)),
+        Case(
+            f"colours, a query near green {near_green}, sharpness {middle[0]:g}",
+            (near_green, keys, values, middle[0]),
+        ),
+        Case(
+            f"colours, orange's key doubled, sharpness {middle[1]:g}",
+            (near_red, long_orange, values, middle[1]),
+        ),
+        Case(f"colours, sharpness {overflow:g} (overflow test)", (near_red, keys, values, overflow)),
+        Case(
+            f"3-D keys (one of zeros), 1-D values, sharpness {three_sharp:g}",
+            (rows[3], three, three_v, three_sharp),
+        ),
     ]
     # drawn afresh for each submission while graded (see _common.salted): no table of answers fits
     for i, (d, n, width, sharpness) in enumerate([(4, 5, 3, 3.0), (6, 3, 2, 0.5)]):
