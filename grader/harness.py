@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from attention_course.diagnosis import explain_shape_error, substituted, watch_shapes
-from attention_course.watch import CallWatch, mark
+from attention_course.watch import CallWatch, Watched, all_tensors, mark
 from grader.cases import (  # noqa: F401 - re-exported: lessons import them from the harness
     LOW_PRECISION,
     TOLERANCES,
@@ -258,6 +258,8 @@ class _Watch:
         watch = self
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            if not watch.forbidden and not any(isinstance(t, Watched) for t in all_tensors((args, kwargs))):
+                return fn(*args, **kwargs)  # no rule to hold it to: a watch would see nothing (and slow it)
             with CallWatch(watch.forbidden, (args, kwargs)) as seen:
                 try:
                     value = fn(*args, **kwargs)

@@ -167,9 +167,8 @@ class CellExplainer(Explorer):
                     tooltip=ex.text,
                     layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"),
                     style={"button_color": colour},
+                    _dom_classes=("ac-cell", f"ac-cell-{m}-{i}-{j}"),  # sent with the button, not after it
                 )
-                b.add_class("ac-cell")
-                b.add_class(f"ac-cell-{m}-{i}-{j}")
                 b.on_click(lambda _b, key=(m, i, j): self.select(*key))
                 self.cells[(m, i, j)] = b
                 buttons.append(b)

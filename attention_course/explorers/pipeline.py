@@ -337,9 +337,10 @@ class PipelineView(Explorer):
     # ------------------------------------------------------------------ layout
 
     def _button(self, stage: str, r: int, c: int) -> W.Button:
-        b = W.Button(layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"))
-        b.add_class("ac-cell")
-        b.add_class(f"ac-cell-{stage}-{r}-{c}")
+        b = W.Button(
+            layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"),
+            _dom_classes=("ac-cell", f"ac-cell-{stage}-{r}-{c}"),  # sent with the button, not after it
+        )
         b.on_click(lambda _b, key=(stage, r, c): self._click(key))
         self.buttons[(stage, r, c)] = b
         return b
@@ -442,11 +443,12 @@ class PipelineView(Explorer):
             stage, i, j = cell = self._full(key)
             lo, hi = ranges[stage]
             x = matrix(st, stage)[i, j].item()
-            b.description = fmt(x, 3 if stage == "A" else 2)
+            with b.hold_sync():  # description and tooltip in one message
+                b.description = fmt(x, 3 if stage == "A" else 2)
+                b.tooltip = self._tooltip(cell)
             b.style.button_color = (
                 MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
             )
-            b.tooltip = self._tooltip(cell)
             self.cells[cell] = b
         self._base = {key: b.style.button_color for key, b in self.buttons.items()}
         for key in self._lit:  # every colour is the new query's now: outlines from the last one go too
