@@ -15,6 +15,7 @@ import torch
 
 from attention_course.explorers import choosing, drawing
 from tests.solutions import solution_functions
+from tests.test_explorer_readouts import attention_by_d_k, attention_mask_after_softmax
 
 
 def stub(*args, **kwargs):
@@ -453,21 +454,6 @@ def test_the_saved_copies_name_every_row_and_column_and_show_what_they_say():
     assert "scaled, masked scores: S / sqrt(d_k), -inf where the mask hides the key" in explainer.static_html
 
 
-def _attention_by_d_k(Q, K, V, mask=None):  # divides by d_k, not sqrt(d_k)
-    S = Q @ K.transpose(-2, -1) / Q.shape[-1]
-    if mask is not None:
-        S = S.masked_fill(~mask, float("-inf"))
-    A = torch.softmax(S, dim=-1)
-    return A @ V, A
-
-
-def _attention_mask_after_softmax(Q, K, V, mask=None):
-    A = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1)
-    if mask is not None:
-        A = A.masked_fill(~mask, 0.0)
-    return A @ V, A
-
-
 def _vermillion_share(png: bytes, ax) -> float:
     """The share of pixels along the line just above ``ax`` that are vermillion (#D55E00)."""
     import io
@@ -486,7 +472,7 @@ def _vermillion_share(png: bytes, ax) -> float:
 def test_the_first_stage_that_departs_from_the_lesson_is_framed_in_the_picture():
     from attention_course import explorers
 
-    stepper = explorers.stage_stepper(attention=_attention_mask_after_softmax, example="cat_sat")
+    stepper = explorers.stage_stepper(attention=attention_mask_after_softmax, example="cat_sat")
     assert stepper.departs == 3, "the weights (stage 4) are where this attention first departs"
     for k in range(1, 6):
         stepper.controls["stage"].value = k
@@ -510,7 +496,7 @@ def test_the_first_stage_that_departs_from_the_lesson_is_framed_in_the_picture()
             todo += list(getattr(w, "children", ()))
         return out
 
-    pipe = explorers.pipeline_view(_attention_by_d_k)
+    pipe = explorers.pipeline_view(attention_by_d_k)
     assert framed(pipe.widget) == ["A"], "the weights row of the pipeline is framed, and only it"
     assert "first differs from the lesson: softmax: A" in pipe._titles["table"].value
     assert framed(explorers.pipeline_view(attention).widget) == []

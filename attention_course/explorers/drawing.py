@@ -296,6 +296,16 @@ def _cmap_with_bad():
 DEPARTS_NOTE = "first differs from the lesson here"
 
 
+def departs_frame(ax) -> Rectangle:
+    """A hidden vermillion frame, 3 px just outside ``ax``: the panel that first differs from the lesson."""
+    frame = Rectangle(
+        (-0.012, -0.012), 1.024, 1.024, transform=ax.transAxes, fill=False, ec=VERMILLION, lw=3, clip_on=False
+    )
+    frame.set_visible(False)
+    ax.add_patch(frame)
+    return frame
+
+
 class DepartsFrames:
     """A vermillion frame and a note for each panel that can depart from the lesson; at most one is shown.
 
@@ -308,18 +318,7 @@ class DepartsFrames:
     def __init__(self, panels: dict):
         self.frames, self.notes = {}, {}
         for key, (ax, (x, y), va, arrow) in panels.items():
-            frame = Rectangle(
-                (-0.012, -0.012),
-                1.024,
-                1.024,
-                transform=ax.transAxes,
-                fill=False,
-                ec=VERMILLION,
-                lw=3,
-                clip_on=False,
-                visible=False,
-            )
-            ax.add_patch(frame)
+            frame = departs_frame(ax)
             note = quick_text(
                 ax, x, y, axes_coords=True, ha="center", va=va, fontsize=FONT, weight="bold", color=VERMILLION
             )

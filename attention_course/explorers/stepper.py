@@ -19,6 +19,7 @@ from .base import Explorer, _classes, _image, _pre, _quick, _readout
 from .compare import compare, is_empty, looks_words, sum_words
 from .drawing import (
     BLUE,
+    DEPARTS_NOTE,
     DPI,
     FONT,
     FONT_SMALL,
@@ -31,6 +32,7 @@ from .drawing import (
     _cmap_with_bad,
     _sources_footer,
     _text_colour,
+    departs_frame,
     png_bytes,
 )
 from .numeric import fmt, fmt_list
@@ -270,18 +272,7 @@ class StageFigure:
         )
         # The stage where the head first departs from the lesson: a vermillion frame and a line under it.
         self.departs = None  # the index of that stage (set by the stepper), None where none departs
-        self.departs_box = Rectangle(
-            (-0.012, -0.012),
-            1.024,
-            1.024,
-            transform=self.ax_now.transAxes,
-            fill=False,
-            ec=VERMILLION,
-            lw=3,
-            clip_on=False,
-            visible=False,
-        )
-        self.ax_now.add_patch(self.departs_box)
+        self.departs_box = departs_frame(self.ax_now)
         animated.append(self.departs_box)
         self.departs_text = qt(
             self.ax_all,
@@ -490,7 +481,7 @@ class StageFigure:
         self.state_text.set_text(self.state_words(k))
         here = k == self.departs
         self.departs_box.set_visible(here)
-        self.departs_text.set_text("first differs from the lesson here" if here else "")
+        self.departs_text.set_text(DEPARTS_NOTE if here else "")
 
         # colour bar of this quantity
         lo, hi = self.limits[quantity]
