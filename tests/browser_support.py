@@ -11,6 +11,7 @@ is a fresh browser context: no cookies or storage shared between tests.
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,11 @@ PAGE_STATE = """() => {
         const bad = [...cell.querySelectorAll(
             "[data-mime-type='application/vnd.jupyter.stderr'], .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']"
         )].map(e => e.innerText.trim().slice(-400));
-        return {i, prompt, source: source.slice(0, 60), bad};
+        const widgets = [...cell.querySelectorAll(
+            "[data-mime-type='application/vnd.jupyter.widget-view+json']"
+        )].map(e => e.querySelector('.ac-explorer') ? 'explorer'
+            : (e.innerText.trim().slice(0, 120) || `empty (${e.childElementCount} children)`));
+        return {i, prompt, source: source.slice(0, 60), bad, widgets};
     });
     return {status, dialog, cells, explorers: panel.querySelectorAll('.ac-explorer').length};
 }"""
@@ -128,6 +133,19 @@ def kernel_dumps(folder: Path, marker: str) -> str:
     return "\n".join(parts) or "(no kernel running)"
 
 
+_CONSOLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def watch_console(page) -> None:
+    """Keep the page's console errors and warnings (a widget view that failed to render says so
+    there, not on the page) for ``describe_page``."""
+    seen = _CONSOLE.setdefault(page, [])
+    page.on(
+        "console",
+        lambda m: seen.append(f"{m.type}: {m.text[:300]}") if m.type in ("error", "warning") else None,
+    )
+
+
 def describe_page(page, log: Path | None = None) -> str:
     """What a failed browser test saw: the status bar, each code cell's prompt (``[*]``: still
     running, ``[ ]``: never run) and any error it shows, the explorers rendered, the end of the
@@ -145,6 +163,11 @@ def describe_page(page, log: Path | None = None) -> str:
     for cell in state["cells"]:
         lines.append(f"  cell {cell['i']:2d} {cell['prompt'] or '[ ]':7s} {cell['source']!r}")
         lines += [f"      shows: {text!r}" for text in cell["bad"]]
+        lines += [f"      widget output: {text!r}" for text in cell["widgets"] if text != "explorer"]
+    console = _CONSOLE.get(page, [])
+    if console:
+        lines.append("the browser's console (errors and warnings, last 10):")
+        lines += ["  " + text for text in console[-10:]]
     if log is not None and log.exists():
         lines.append("end of the server's log:")
         lines += ["  " + line for line in log.read_text(errors="replace").splitlines()[-25:]]

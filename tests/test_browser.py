@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -32,6 +33,7 @@ from tests.browser_support import (
     kernel_dumps,
     module_chromium,
     prepare_kernel_dumps,
+    watch_console,
     why_no_browser,
 )
 from tests.nbtools import ROOT, filled, solution_sources
@@ -256,9 +258,28 @@ IDLE = "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').in
 DONE = "() => [...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.textContent.includes('*'))"
 
 
+@contextmanager
+def _reported(page, lab: dict, failure_shot: str):
+    """A browser test's steps on ``page``: on a failure, a full-page screenshot ``failure_shot`` (a name in
+    test-artifacts/browser/) and what the page, the server and the kernels show, added to the error; at
+    the end the page is closed and every kernel stopped (each notebook gets a fresh one)."""
+    try:
+        yield
+    except Exception as error:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / failure_shot), full_page=True)
+        error.add_note(describe_page(page, lab.get("log")))
+        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
+        raise
+    finally:
+        page.close()
+        _shut_down_kernels(lab)
+
+
 def _open(page, lab: dict, workspace: str, rel: str):
     """Open the notebook ``rel`` in a workspace of its own, reset (no tabs restored from notebooks
     opened before), and wait for its kernel: the notebook's panel."""
+    watch_console(page)
     page.goto(f"{lab['base']}/lab/workspaces/{workspace}/tree/{rel}?reset&token={lab['token']}")
     panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
     panel.locator(".jp-Cell").first.wait_for()
@@ -516,7 +537,7 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    with _reported(page, lab, f"{prefix}-failure.png"):
         panel = _open(page, lab, prefix, rel)
         expected = _explorer_calls(target)
         _run_all_to_the_explorers(page, expected)
@@ -550,14 +571,6 @@ def test_explorers_render_and_respond_in_jupyterlab(lab, browser, notebook):
         if notebook == FIXTURE:
             assert set(CHECKS) <= set(kinds), kinds
         assert not errors, f"JavaScript errors: {errors}"
-    except Exception as error:
-        page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
-        error.add_note(describe_page(page, lab.get("log")))
-        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
-        raise
-    finally:
-        page.close()
-        _shut_down_kernels(lab)
 
 
 # ------------------------------------------------- the saved page, without a kernel or a network

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401  (lab, browser: fixtures)
-    ARTIFACTS,
     TIMEOUT_MS,
     Shots,
     _explorer_calls,
     _open,
     _prepare,
+    _reported,
     _run_all_to_the_explorers,
-    _shut_down_kernels,
     _text,
     _wait_change,
     _wait_for,
@@ -250,7 +248,7 @@ def test_every_explorer_fits_one_projector_screen(lab, browser, notebook):  # no
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    with _reported(page, lab, f"{prefix}-failure.png"):
         panel = _open(page, lab, prefix, rel)
         expected = _explorer_calls(target)
         assert expected, "no explorer in this lesson"
@@ -267,12 +265,3 @@ def test_every_explorer_fits_one_projector_screen(lab, browser, notebook):  # no
             fit = Fit(ex, name, shot)
             DRIVERS[kind](ex, fit, lambda t, what, name=name, n=n: shot(t, f"{name}{n}-{what}"))
         assert not errors, f"JavaScript errors: {errors}"
-    except Exception as error:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"))
-        error.add_note(describe_page(page, lab.get("log")))
-        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
-        raise
-    finally:
-        page.close()
-        _shut_down_kernels(lab)

@@ -15,14 +15,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401 - lab and browser are fixtures
     ARTIFACTS,
     IDLE,
     TIMEOUT_MS,
     _open,
+    _reported,
     _run_all,
-    _shut_down_kernels,
     browser,
     lab,
     lessons_with_explorers,
@@ -50,7 +49,7 @@ def test_run_all_with_nothing_implemented_shows_every_explorer(lab, browser, not
     assert expected, f"{lesson} has no explorer cell"
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
-    try:
+    with _reported(page, lab, f"runall-untouched-{lesson}-failure.png"):
         panel = _open(page, lab, f"untouched-{lesson}", rel)
         _run_all(page)
         page.wait_for_function(
@@ -75,12 +74,3 @@ def test_run_all_with_nothing_implemented_shows_every_explorer(lab, browser, not
         assert "Still to do: `" in outputs
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"runall-untouched-{lesson}.png"))
-    except Exception as error:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"runall-untouched-{lesson}-failure.png"), full_page=True)
-        error.add_note(describe_page(page, lab.get("log")))
-        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
-        raise
-    finally:
-        page.close()
-        _shut_down_kernels(lab)

@@ -14,15 +14,13 @@ import re
 import nbformat
 import pytest
 
-from tests.browser_support import describe_page, kernel_dumps
 from tests.test_browser import (  # noqa: F401  (lab, browser: fixtures)
-    ARTIFACTS,
     IDLE,
     TIMEOUT_MS,
     Shots,
     _open,
+    _reported,
     _run_all,
-    _shut_down_kernels,
     _text,
     _wait_change,
     _wait_for,
@@ -186,7 +184,7 @@ def test_stage_explorers_render_and_respond_in_jupyterlab(lab, browser):  # noqa
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    with _reported(page, lab, f"{prefix}-failure.png"):
         panel = _open(page, lab, prefix, rel)
         _run_all(page)
         page.wait_for_function(
@@ -208,12 +206,3 @@ def test_stage_explorers_render_and_respond_in_jupyterlab(lab, browser):  # noqa
             check_readable(ex, kind, figure_px)  # nothing under 11 px, cut off or past the output area
         assert sorted(kinds) == sorted(STAGE_CHECKS), kinds
         assert not errors, f"JavaScript errors: {errors}"
-    except Exception as error:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{prefix}-failure.png"), full_page=True)
-        error.add_note(describe_page(page, lab.get("log")))
-        error.add_note("where the kernels are:\n" + kernel_dumps(lab["dumps"], lab["runtime"]))
-        raise
-    finally:
-        page.close()
-        _shut_down_kernels(lab)

@@ -285,7 +285,9 @@ def test_the_issues_cases_read_as_their_pictures():
     shown = stepper.st.A[2].sum().item()
     assert shown < 0.99
     assert f"sums to {shown:.3f}, not 1" in text, text
-    assert "your `attention` gives" in text and "mask is applied after the softmax" in text
+    assert "this stage is where your head first differs from the lesson" in text
+    shown_all = _everything_shown(stepper)  # how it differs: once, in the banner across the explorer
+    assert "your `attention` gives" in shown_all and "mask is applied after the softmax" in shown_all
     stepper.controls["stage"].value = 2
     assert "your `attention` does this step inside" in stepper.readout.value
     heads = explorers.head_dimension_explorer(scaled_scores=scaled_scores_by_d_k, scale=True)

@@ -795,6 +795,82 @@ def test_a_wrong_function_is_called_out_wherever_it_shows():
     assert "but the arithmetic above gives" in _everything_shown(explainer)
 
 
+def _one_short(fn):
+    """``fn`` with its result's last column cut: the wrong shape, as a slip in an index gives."""
+    return lambda *args, **kwargs: fn(*args, **kwargs)[..., :-1]
+
+
+def _o_one_short(Q, K, V, mask=None):
+    O, A = attention(Q, K, V, mask)
+    return O[..., :-1], A
+
+
+WRONG_SHAPES = {  # an explorer, the function it is given, and the shapes the student must read
+    "head_dimension": (
+        lambda e, f: e.head_dimension_explorer(scaled_scores=f),
+        _one_short(scaled_scores),
+        "scaled_scores",
+        "shape (8, 7)",
+        "(8, 8)",
+    ),
+    "stage_stepper": (
+        lambda e, f: e.stage_stepper(attention=f),
+        _o_one_short,
+        "attention",
+        "O of shape (3, 2)",
+        "(3, 3)",
+    ),
+    "cell_explainer": (
+        lambda e, f: e.cell_explainer(softmax=f),
+        _one_short(lambda Z, dim=-1: torch.softmax(Z, dim)),
+        "softmax",
+        "shape (5, 4)",
+        "(5, 5)",
+    ),
+    "mask_explorer": (
+        lambda e, f: e.mask_explorer(causal_mask=f),
+        lambda T, device=None: torch.ones(T, T + 1, dtype=torch.bool).tril(),
+        "causal_mask",
+        "shape (5, 6)",
+        "(5, 5)",
+    ),
+    "pipeline_view": (
+        lambda e, f: e.pipeline_view(mix=f),
+        _one_short(lambda A, V: A @ V),
+        "mix",
+        "shape (5, 3)",
+        "(5, 4)",
+    ),
+    "sharpness": (
+        lambda e, f: e.sharpness_explorer(f),
+        lambda q, keys, values, sharpness: (soft_lookup(q, keys, values, sharpness)[0], [0.0]),
+        "soft_lookup",
+        "an output of length 1",
+        "one of length 2 (as long as each value)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(WRONG_SHAPES))
+def test_a_function_of_the_wrong_shape_is_named_with_both_shapes_and_the_explorer_still_draws(kind):
+    from attention_course import explorers
+
+    make, wrong, name, got, want = WRONG_SHAPES[kind]
+    ex = make(explorers, wrong)
+    shown = _everything_shown(ex)
+    assert f"your `{name}` returned {got} here, where {want} was expected" in re.sub(
+        r"</?code>", "`", shown
+    ), shown[:2000]
+    assert "raised" not in shown, "it raised nothing: the diagnosis must not say it did"
+    assert "built-in version" in shown
+    pictures = ex.static_png or ex.static_html
+    assert pictures, "the explorer draws the built-in version, not an error box"
+    with_right_shape = make(
+        explorers, {"scaled_scores": scaled_scores, "attention": attention}.get(name) or None
+    )
+    assert "was expected" not in _everything_shown(with_right_shape)
+
+
 def test_a_function_that_changes_its_inputs_in_place_is_judged_on_what_it_returns():
     from attention_course.explorers import head_dimension_explorer
 

@@ -430,6 +430,22 @@ def _demo_names(source: str) -> set[str]:
     return {n.strip() for args in re.findall(r"\bdemo\(([^)]*)\)", source) for n in args.split(",")}
 
 
+def _explorer_names_the_shape(lesson: str, cell, name: str) -> None:
+    """An explorer given a function of the wrong shape draws the built-in version (its saved picture and
+    readout, no example box) and says, in the saved copy too, what the function returned."""
+    assert "EXAMPLE STOPPED" not in _stdout(cell), (
+        f"{lesson}:{cell.id}: the explorer stopped:\n{_stdout(cell)}"
+    )
+    saved = " ".join(
+        str(o.get("data", {}).get(mime, "")) for o in cell.outputs for mime in ("text/html", "text/plain")
+    )
+    assert "ac-static-readout" in saved, f"{lesson}:{cell.id}: no picture or readout of the built-in version"
+    said = " ".join(re.sub(r"</?code>", "`", saved).split())
+    assert re.search(rf"your `{name}` returned [^.]* here, where [^.]* was expected", said), (
+        f"{lesson}:{cell.id}: the wrong shape is not named: {said[:600]}"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stub", "raises", "misshapen"])
 @pytest.mark.parametrize("lesson, grade_id", EXERCISE_CELLS, ids=[g for _, g in EXERCISE_CELLS])
@@ -454,6 +470,9 @@ def test_one_broken_function_is_reported_and_run_all_reaches_the_last_cell(
         if cell.cell_type == "code" and "from attention_course.explorers import" in cell.source:
             assert cell.outputs, f"{lesson}:{cell.id}: the explorer showed nothing"
         examples = cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")
+        if kind == "misshapen" and examples and name in _demo_names(cell.source):
+            if "from attention_course.explorers import" in cell.source:
+                _explorer_names_the_shape(lesson, cell, name)
         if kind == "raises" and examples and name in _demo_names(cell.source):
             if "from attention_course.explorers import" in cell.source:
                 continue  # an explorer shows its built-in version, and says so in its banner

@@ -5,8 +5,9 @@ Put one as the last line of a cell::
     from attention_course.explorers import head_dimension_explorer
     head_dimension_explorer(scaled_scores=scaled_scores)
 
-Pass the functions you wrote in the lesson. While one is still a stub the explorer
-says so and shows the course's built-in version instead, clearly labelled. Each
+Pass the functions you wrote in the lesson. While one is still a stub, raises, or
+returns a shape the lesson rules out, the explorer says so (naming both shapes) and
+shows the course's built-in version instead, clearly labelled. Each
 explorer also leaves a picture of its starting setting and its readout in the saved
 notebook, readable without a widget front end (GitHub, nbviewer, HTML exports).
 While a notebook is being graded (``NBGRADER_EXECUTION`` set) explorers do nothing.

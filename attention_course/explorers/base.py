@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import ipywidgets as W
 
-from .choosing import one_thread
+from .choosing import Choice, banner_html, banner_text, one_thread
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -112,12 +112,14 @@ class Explorer:
             return [] if self.widget is not None else [{"text/plain": self.text}]
         cls = f"ac-static ac-static-{self.uid}"
         title = html.escape(self.title)
+        failed = self.failed_functions()  # said in the saved copy too, not only in the live banner
         outputs = [
             {
                 "text/html": f"<div class='{cls} ac-static-label' style='font-size:13px;margin:2px 0'>"
                 f"<b>{title}</b>: {STATIC_LABEL}. The live controls come below it when the notebook runs."
-                "</div>",
-                "text/plain": f"{self.title}: {STATIC_LABEL}.",
+                f"{banner_html(failed)}</div>",
+                "text/plain": f"{self.title}: {STATIC_LABEL}."
+                + (f"\n{banner_text(failed)}" if failed else ""),
             }
         ]
         if self.static_png:
@@ -135,6 +137,13 @@ class Explorer:
                 }
             )
         return outputs
+
+    def failed_functions(self) -> list[Choice]:
+        """The student's functions this explorer could not use (they raised, or returned a wrong shape)."""
+        choices = getattr(self, "choices", None) or ()
+        return [
+            c for c in (choices.values() if isinstance(choices, dict) else choices) if c.source == "error"
+        ]
 
     def _hide_static_css(self) -> str:
         """CSS that hides this explorer's saved outputs in JupyterLab once the live widget shows."""

@@ -3,7 +3,9 @@
 An explorer is handed the student's functions. Each one is tried once on a small
 fixed example: for a stub (still raising ``NotImplementedError``) or a function that
 fails, the explorer works that step out inside its own computation and says so next
-to its controls. No function here, or anywhere in the explorers, takes an exercise's
+to its controls. Wherever the explorer runs a student's function, a result whose form
+the lesson's API rules out (a wrong shape, a missing key) is named the same way, with
+the shape it had and the one expected (``wrong_result``). No function here, or anywhere in the explorers, takes an exercise's
 arguments and returns its answer: the course's helpers are never an answer key.
 Nothing here draws or needs a widget.
 """
@@ -123,22 +125,169 @@ def _difference(a, b) -> float:
 
 
 class StudentFunctionError(Exception):
-    """The student's function raised while an explorer was running it."""
+    """The student's function raised, or returned what the lesson's API rules out, while an explorer ran it.
 
-    def __init__(self, name: str, error: Exception):
-        super().__init__(f"your `{name}` raised {type(error).__name__}: {error}")
-        self.name, self.error = name, error
+    ``returned``: what it returned and what was expected, in words (from :func:`wrong_result`);
+    None when it raised ``error``. ``where``: on what it ran ("on a small test"), for the message.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        error: Exception | None = None,
+        returned: tuple[str, str] | None = None,
+        where: str = "",
+    ):
+        if returned is None:
+            super().__init__(f"your `{name}` raised {type(error).__name__}: {error}")
+        else:
+            got, want = returned
+            super().__init__(f"your `{name}` returned {got}{where}, where {want} was expected")
+        self.name, self.error, self.returned = name, error, returned
+
+
+def _shape_words(shape) -> str:
+    return "(" + ", ".join(str(int(n)) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _tensor_words(got, want: tuple[int, ...], what: str = "") -> tuple[str, str] | None:
+    """What is wrong with one returned tensor ``got`` that should have shape ``want``, or None."""
+    if not isinstance(got, torch.Tensor):
+        return f"{what}a {type(got).__name__}", f"a tensor of shape {_shape_words(want)}"
+    if tuple(got.shape) != tuple(want):
+        return f"{what}shape {_shape_words(got.shape)}", _shape_words(want)
+    return None
+
+
+def _expected_shapes(name: str, args: tuple, kwargs: dict):
+    """The shape(s) the lesson's API promises for ``name`` on these arguments, or None where it
+    promises none here (a function the explorers do not check, or arguments it cannot read)."""
+
+    def arg(i: int, key: str):
+        return _arg(args, kwargs, i, key)
+
+    try:
+        if name in ("scores", "scaled_scores"):
+            Q, K = arg(0, "Q"), arg(1, "K")
+            return (*torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2]), Q.shape[-2], K.shape[-2])
+        if name == "causal_mask":
+            return (int(arg(0, "T")), int(arg(0, "T")))
+        if name == "padding_mask":
+            return (len(arg(0, "lengths")), 1, int(arg(1, "T")))
+        if name == "apply_mask":
+            return tuple(torch.broadcast_shapes(arg(0, "S").shape, arg(1, "allowed").shape))
+        if name == "softmax":
+            return tuple(arg(0, "Z").shape)
+        if name == "mix":
+            A, V = arg(0, "A"), arg(1, "V")
+            return (*torch.broadcast_shapes(A.shape[:-2], V.shape[:-2]), A.shape[-2], V.shape[-1])
+        if name == "attention":
+            Q, K, V = arg(0, "Q"), arg(1, "K"), arg(2, "V")
+            batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+            mask = arg(3, "mask")
+            if isinstance(mask, torch.Tensor) and mask.dim() > 2:
+                batch = torch.broadcast_shapes(batch, mask.shape[:-2])
+            return ((*batch, Q.shape[-2], V.shape[-1]), (*batch, Q.shape[-2], K.shape[-2]))
+        if name == "project":
+            X = arg(0, "X")
+            return tuple((*X.shape[:-1], W.shape[-1]) for W in (arg(1, "W_q"), arg(2, "W_k"), arg(3, "W_v")))
+    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
+        return None
+    return None
+
+
+def wrong_result(name: str, got, args: tuple, kwargs: dict) -> tuple[str, str] | None:
+    """What the student's ``name`` returned that the lesson's API rules out on these arguments, and
+    what was expected, in words (("shape (5, 6)", "(5, 5)")); None when it has the promised form.
+
+    Only the form is checked (types, shapes, keys, lengths): wrong values are the explorers' to show.
+    """
+    if name == "soft_lookup":
+        keys, values = _arg(args, kwargs, 1, "keys"), _arg(args, kwargs, 2, "values")
+        if not (isinstance(got, tuple | list) and len(got) == 2):
+            return f"a {type(got).__name__}{_len_words(got)}", "(weights, output)"
+        weights, output = got
+        if not isinstance(weights, dict) or set(weights) != set(keys):
+            return f"weights {_keys_words(weights)}", f"a dict with the keys {_keys_words(keys)}"
+        width = len(next(iter(values.values()), []))
+        if not isinstance(output, Sequence | torch.Tensor) or len(output) != width:
+            n = len(output) if hasattr(output, "__len__") else type(output).__name__
+            return f"an output of length {n}", f"one of length {width} (as long as each value)"
+        return None
+    if name == "score_spread":
+        if not (isinstance(got, tuple | list) and len(got) == 2 and all(_is_number(x) for x in got)):
+            what = (
+                ", ".join(_value_words(x) for x in got)
+                if isinstance(got, tuple | list)
+                else type(got).__name__
+            )
+            return f"({what})" if isinstance(
+                got, tuple | list
+            ) else f"a {what}", "a pair of numbers (raw_std, scaled_std)"
+        return None
+    want = _expected_shapes(name, args, kwargs)
+    if want is None:
+        return None
+    if name in ("attention", "project"):
+        parts = ("O", "A") if name == "attention" else ("Q", "K", "V")
+        if not (isinstance(got, tuple | list) and len(got) == len(parts)):
+            form = "(" + ", ".join(parts) + ")"
+            return f"a {type(got).__name__}{_len_words(got)}", form
+        for part, tensor, shape in zip(parts, got, want):
+            words = _tensor_words(tensor, shape, what=f"{part} of ")
+            if words:
+                return words
+        return None
+    return _tensor_words(got, want)
+
+
+def _is_number(x) -> bool:
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, torch.Tensor):
+        return x.numel() == 1 and not x.is_complex()
+    try:
+        float(x)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _value_words(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {_shape_words(x.shape)}"
+    return repr(x) if _is_number(x) else f"a {type(x).__name__}"
+
+
+def _arg(args: tuple, kwargs: dict, i: int, key: str):
+    """Argument ``i`` of a call, or the one passed by the name ``key``."""
+    return args[i] if len(args) > i else kwargs.get(key)
+
+
+def _keys_words(d) -> str:
+    if not isinstance(d, dict):
+        return f"as a {type(d).__name__}"
+    return "{" + ", ".join(repr(k) for k in d) + "}"
+
+
+def _len_words(got) -> str:
+    return f" of {len(got)} items" if isinstance(got, tuple | list) else ""
 
 
 def _guard(name: str, fn: Callable) -> Callable:
-    """The student's function, raising StudentFunctionError (naming it) when it fails."""
+    """The student's function, raising StudentFunctionError (naming it) when it fails or returns
+    what the lesson's API rules out (a shape the explorer cannot draw)."""
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            got = fn(*args, **kwargs)
         except Exception as error:
             raise StudentFunctionError(name, error) from error
+        wrong = wrong_result(name, got, args, kwargs)
+        if wrong:
+            raise StudentFunctionError(name, returned=wrong, where=" here")
+        return got
 
     return guarded
 
@@ -194,36 +343,17 @@ def choose(name: str, student: Callable | None, lesson: str | None = None, compa
             "until it runs.",
         )
     note = f"`{name}`: yours"
-    if compare and expected is not None:
-        diff = _difference(got, expected)
-        if diff > 1e-4:
-            note += (
-                " (on a small test it differs from the built-in version"
-                + _how(got, expected, diff)
-                + ", so what you see here is your version's answer)"
-            )
+    # a result of the wrong form is named where the explorer runs it, in the shapes on screen
+    if compare and expected is not None and not wrong_result(name, got, args, kwargs):
+        if _difference(got, expected) > 1e-4:  # how it differs is said on screen, in the explorer's numbers
+            note += " (on a small test it differs from the built-in version)"
     return Choice(name, _guard(name, student), "yours", note)
-
-
-def _how(got, expected, diff: float) -> str:
-    """How a probe's result departs from the expected one, in words (no clamped floats for -inf)."""
-    from .compare import mask_words, size_words
-
-    if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and got.shape == expected.shape:
-        if got.dtype == torch.bool or expected.dtype == torch.bool:
-            return ": " + mask_words(got.bool(), expected.bool())
-        return ": " + size_words(got.detach().cpu().double(), expected.double())
-    return f" by up to {diff:.3g}" if math.isfinite(diff) else ": other shape or keys"
 
 
 def fallback(error: StudentFunctionError) -> Choice:
     """The built-in stand-in for a student's function that failed while an explorer ran it."""
-    return Choice(
-        error.name,
-        None,
-        "error",
-        f"{error}. Showing the course's built-in version until it runs.",
-    )
+    until = "it runs" if error.returned is None else "yours returns what was expected"
+    return Choice(error.name, None, "error", f"{error}. Showing the course's built-in version until {until}.")
 
 
 def banner_html(choices: list[Choice], more: Sequence[str] = (), lead: str = "") -> str:

@@ -12,6 +12,7 @@ import math
 import ipywidgets as W
 
 from .base import Explorer, _pre, text_height
+from .choosing import banner_text
 from .drawing import MASKED
 from .numeric import fmt
 from .stages import (
@@ -21,6 +22,7 @@ from .stages import (
     _sources,
     _stage_choices,
     _stages,
+    difference_html,
     explain_cell,
     explain_row,
 )
@@ -99,8 +101,16 @@ class CellExplainer(Explorer):
         j = max(range(T), key=lambda c: st.A[self.follow, c].item())
         self.selected = ("A", self.follow, j)
         self.refresh()
-        self.static_html = _static_tables(st, self.follow) + self.row_story.value + self.explanation.value
-        self.text = f"{self.title}: {st.title}\n{footer}\n" + "\n".join(explain_row(st, self.follow))
+        self.static_html = (
+            _static_tables(st, self.follow)
+            + difference_html(st)
+            + self.row_story.value
+            + self.explanation.value
+        )
+        notes = [banner_text(self.failed_functions())]
+        notes.append(st.first_difference.line() if st.first_difference is not None else "")
+        self.text = f"{self.title}: {st.title}\n{footer}\n" + "".join(f"{n}\n" for n in notes if n)
+        self.text += "\n".join(explain_row(st, self.follow))
 
     def _matrix(self, m: str):
         st = self.st

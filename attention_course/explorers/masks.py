@@ -138,6 +138,9 @@ class MaskView:
                 else f"{hidden} {'is' if hidden == 1 else 'are'} hidden."
             ),
         ]
+        said_rows = said_empty = (
+            False  # each explanation once, at its first sequence: the readout fits a screen
+        )
         for b, L in enumerate(self.lengths):
             pad_keys = [j for j in range(T) if not bool(self.padding[b, 0, j])]
             head = f"sequence {b + 1} (b = {b}) has length {L}: "
@@ -148,7 +151,8 @@ class MaskView:
                     head
                     + f"{_keys_phrase(pad_keys)} {'is' if len(pad_keys) == 1 else 'are'} padding, hidden from every query"
                 )
-            if pad_keys and len(pad_keys) < T:
+            if pad_keys and len(pad_keys) < T and not said_rows:
+                said_rows = True
                 n = len(pad_keys)
                 text += (
                     f" (as queries, {'it still looks' if n == 1 else 'they still look'} at the real keys: "
@@ -162,9 +166,15 @@ class MaskView:
                 names = ", ".join(f"{i} '{toks[i]}'" for i in empty)
                 text += (
                     f" Query row{'s' if len(empty) > 1 else ''} {names} "
-                    f"{'see' if len(empty) > 1 else 'sees'} nothing at all: softmax of an all -inf row is NaN "
-                    "(the weights here show 0, as lesson 05's softmax gives, and so the output is 0)."
+                    f"{'see' if len(empty) > 1 else 'sees'} nothing at all"
+                    + (
+                        ": weights 0, output 0."
+                        if said_empty
+                        else ": softmax of an all -inf row is NaN "
+                        "(the weights here show 0, as lesson 05's softmax gives, and so the output is 0)."
+                    )
                 )
+                said_empty = True
             out.append(text)
         kept, lost = self.kept_cells(), self.lost_cells()
         if kept:
@@ -234,14 +244,6 @@ def _as_bool(t) -> torch.Tensor:
     return torch.as_tensor(t).detach().to("cpu").bool()
 
 
-def _shape(name: str, got: torch.Tensor, want: tuple[int, ...], choices: dict[str, Choice]) -> None:
-    """A student's result of the wrong shape: name it (the explorer then shows the built-in version)."""
-    c = choices.get(name)
-    if c is not None and c.yours and tuple(got.shape) != want:
-        error = ValueError(f"it returned shape {tuple(got.shape)} here, where {want} was expected")
-        raise StudentFunctionError(name, error)
-
-
 def mask_view(T: int, lengths: Sequence[int], choices: dict[str, Choice] | None = None) -> MaskView:
     """The causal mask, the padding masks, their combination and the masked scores of a padded batch.
 
@@ -270,9 +272,6 @@ def mask_view(T: int, lengths: Sequence[int], choices: dict[str, Choice] | None 
         padding = _as_bool(yours("padding_mask")(lengths_t.clone(), T))
     else:
         padding = (torch.arange(T)[None, :] < lengths_t[:, None])[:, None, :]  # (B, 1, T)
-    B = len(lengths)
-    _shape("causal_mask", causal, (T, T), choices)
-    _shape("padding_mask", padding, (B, 1, T), choices)
     combined = (padding & causal).expand(len(lengths), T, T)  # (B, 1, T) & (T, T) -> (B, T, T)
     X = ex.X.double()[:T]  # (T, d_model)
     real = (torch.arange(T)[None, :] < lengths_t[:, None]).double()[..., None]  # (B, T, 1)
@@ -287,7 +286,6 @@ def mask_view(T: int, lengths: Sequence[int], choices: dict[str, Choice] | None 
         )
     else:
         masked = scores.masked_fill(~combined, -math.inf)
-    _shape("apply_mask", masked, tuple(scores.shape), choices)
     weights = torch.softmax(masked, dim=-1).nan_to_num(nan=0.0)  # an all -inf row: zeros
     return MaskView(
         T=T,

@@ -75,14 +75,18 @@ class ColourView:
             + ", ".join(f"{n} {self.scores[n]:.2f}" for n in names),
             "weights: "
             + ", ".join(f"{n} {self.weights[n]:.2f}" for n in names)
-            + ("" if sums_to_1 else " (" + ("all 0" if is_empty(row) else sum_words(row)) + ")"),
-            "blend: ["
+            + ("" if sums_to_1 else " (" + ("all 0" if is_empty(row) else sum_words(row)) + ")")
+            + "; blend: ["
             + ", ".join(f"{x:.0f}" for x in self.output)
             + f"] (red, green amounts) = colour {self.hex}",
         ]
         w = self.weights[top]
         if not sums_to_1:
             lines.append("These weights do not sum to 1, so the blend is not a mix of the values: see below.")
+        elif (
+            self.differences
+        ):  # advice on the sharpness would read wrong weights as right: say how they differ
+            pass
         elif w > 0.9:
             lines.append(f"Almost a hard look-up: '{top}' takes {w:.0%}. Lower the sharpness to blend.")
         elif w < 1.5 / len(names):

@@ -528,9 +528,13 @@ def explain_row(st: Stages, i: int) -> list[str]:
     else:
         big = max(range(len(o)), key=lambda c: abs(o[c]) if math.isfinite(o[c]) else -1.0)
         lines.append(f"output O: {fmt_list(o)}: largest along '{st.value_names[big]}'")
-    if st.first_difference is not None:
-        lines.append(st.first_difference.line())
-    return lines
+    return lines  # where the head first departs from the lesson: in the banner (``_sources``)
+
+
+def difference_html(st: Stages) -> str:
+    """Where the head first departs from the lesson, for a saved copy (the live banner says it on screen)."""
+    diff = st.first_difference
+    return "" if diff is None else f"<p style='color:#a33c00'>{_code(diff.line())}</p>"
 
 
 # ----------------------------------------------- whose function made each step
@@ -562,7 +566,8 @@ def _stages(example: str, causal, choices: dict[str, Choice]) -> Stages:
 
 
 def _sources(st: Stages, choices: dict[str, Choice], lead: str = "") -> tuple[str, str]:
-    """Banner HTML and figure footer: whose function made each step (built-ins named, with their lesson).
+    """Banner HTML and figure footer: whose function made each step (built-ins named, with their lesson),
+    and where the head first departs from the lesson: said once, here, across the explorer's width.
 
     ``lead``: HTML that opens the banner's line (the example's name).
     """
@@ -573,9 +578,7 @@ def _sources(st: Stages, choices: dict[str, Choice], lead: str = "") -> tuple[st
     more = []
     if builtin:
         names = ", ".join(f"<code>{n}</code> ({LESSON_OF[n]})" for n in builtin)
-        more.append(
-            f"<div class='ac-source ac-source-builtin'><b>[built-in]</b> {names}, until you write yours</div>"
-        )
+        more.append(f"<div class='ac-source ac-source-builtin'><b>[built-in]</b> {names}</div>")
     diff = st.first_difference
     if diff is not None:
         more.append(

@@ -16,6 +16,7 @@ from matplotlib.colors import Normalize
 from matplotlib.patches import Rectangle
 
 from .base import Explorer, _classes, _image, _pre, _quick, _readout
+from .choosing import banner_text
 from .compare import compare, is_empty, looks_words, sum_words
 from .drawing import (
     BLUE,
@@ -36,7 +37,7 @@ from .drawing import (
     png_bytes,
 )
 from .numeric import fmt, fmt_list
-from .stages import Stage, Stages, _softmax_steps, _sources, _stage_choices, _stages, _terms
+from .stages import Stage, Stages, _softmax_steps, _sources, _stage_choices, _stages, _terms, difference_html
 
 # ----------------------------------------------------------------- computation
 
@@ -68,13 +69,16 @@ def _inside(st: Stages, key: str) -> list[str]:
 
 
 def _difference_lines(st: Stages, stage: Stage) -> list[str]:
-    """Where the head first departs from the lesson, and whether that is this stage."""
+    """Whether this is the stage where the head first departs from the lesson (the banner says how)."""
     diff = st.first_difference
     if diff is None:
         return []
     here = {"allowed": "masked", "Q": "", "K": "", "V": ""}.get(diff.stage, diff.stage)
-    mark = "\u25b6 this stage is where it starts. " if here == stage.key else ""
-    return [mark + diff.line()]
+    return (
+        ["\u25b6 this stage is where your head first differs from the lesson (how: above)"]
+        if here == stage.key
+        else []
+    )
 
 
 def stage_row_lines(st: Stages, stage: Stage, i: int) -> list[str]:
@@ -680,8 +684,10 @@ class StageStepper(Explorer):
         self.refresh()
         self.figure.prerender(q)  # every stage of the first query: the first step through them is instant
         self.static_png = self.image.value
-        self.static_html = self.readout.value
-        self.text = f"{self.title}: {self.st.title}\n{steps}\n{footer}"
+        self.static_html = difference_html(self.st) + self.readout.value
+        diff = self.st.first_difference
+        notes = [footer, banner_text(self.failed_functions()), diff.line() if diff is not None else ""]
+        self.text = f"{self.title}: {self.st.title}\n{steps}\n" + "\n".join(n for n in notes if n)
 
     def _departs(self) -> int | None:
         """The index of the first stage that departs from the lesson (None where none does)."""
