@@ -41,6 +41,7 @@ guard's audit hook is in place).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -140,10 +141,8 @@ def _give(paths: list[str], uid: int, gid: int) -> None:
         try:
             for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
                 for name in dirs + files:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-                    except OSError:
-                        pass
             os.fchown(fd, uid, gid)
         finally:
             os.close(fd)
@@ -244,10 +243,8 @@ def remove_cgroups(folders: list[str], names: set[str] | None = None) -> set[str
             except OSError:
                 left.add(name)
         if names is None:
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(folder)
-            except OSError:
-                pass
     return left
 
 

@@ -401,6 +401,10 @@ class CapOutputs(NbGraderPreprocessor):
 
     max_bytes = Integer(MAX_OUTPUT, help="bytes of output kept per cell").tag(config=True)
 
+    def preprocess(self, nb: Any, resources: Any) -> tuple[Any, Any]:
+        nb.metadata.pop("widgets", None)  # the kernel's widget state: no cap, and nothing graded shows it
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> tuple[Any, Any]:
         cut = cap_outputs(cell, self.max_bytes)
         if cut:

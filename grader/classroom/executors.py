@@ -16,6 +16,7 @@ in memory as pickled jobs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -326,10 +327,8 @@ class LocalExecutor(Executor):
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
         for p in processes:
-            try:
+            with contextlib.suppress(Exception):
                 p.terminate()
-            except Exception:  # noqa: BLE001
-                pass
         for p in processes:
             p.join(timeout=10)
         for p in processes:  # one that would not end: it must not keep the forkserver (below) waiting

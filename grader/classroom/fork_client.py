@@ -9,6 +9,7 @@ a server that stops answering is killed and reaped, and the request fails with `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -59,10 +60,8 @@ class ForkedProcess:
 
     def send_signal(self, sig: int) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._fd, sig)
-            except ProcessLookupError:
-                pass
 
     def kill(self) -> None:
         """SIGKILL through the pidfd (never by the bare id, which may belong to another process by
@@ -105,10 +104,8 @@ class SealedProcess:
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            try:
+            with contextlib.suppress(RuntimeError):
                 self._fork_server.request({"op": "signal", "pid": self.pid, "signal": int(sig)})
-            except RuntimeError:
-                pass
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -161,10 +158,8 @@ class _Connection:
 
     def kill(self) -> None:
         for part in (self.stdin, self.stdout, self._sock):
-            try:
+            with contextlib.suppress(OSError):
                 part.close()
-            except OSError:
-                pass
         self.returncode = -1
 
 
@@ -283,10 +278,8 @@ class ForkServer:
         finally:
             timer.cancel()
         if expired.is_set():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)  # gone before anyone asks whether it is alive
-            except subprocess.TimeoutExpired:
-                pass
             raise ServerTimeout(f"the fork server did not answer within {seconds:.0f} s, and was stopped")
         return line
 

@@ -35,6 +35,7 @@ fork server kills them all and exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -79,10 +80,8 @@ def _reap(*_: Any) -> None:
         if info is None or not info.si_pid:
             return
         pid = info.si_pid
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)  # whatever the child started in its group (it leads one)
-        except OSError:
-            pass
         try:
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:
@@ -94,10 +93,8 @@ def _reap(*_: Any) -> None:
             _ended_cgroups.add(cgroup)
         init = _inits.pop(pid, None)
         if init is not None:  # not reaped yet (it never ends by itself): the pid is still its own
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(init, signal.SIGKILL)  # and with it everything left in the namespace
-            except OSError:
-                pass
 
 
 _children: set[int] = set()
@@ -131,10 +128,8 @@ def _child_common(req: dict) -> None:
         if mpl is not None and os.environ.get("MPLBACKEND"):
             # matplotlib read MPLBACKEND when this server loaded it: a kernel's is its inline backend
             # (a figure becomes an output), a sandbox's Agg. pyplot picks it at its first figure.
-            try:
+            with contextlib.suppress(Exception):  # an unknown backend: matplotlib says so at the first figure
                 mpl.rcParams["backend"] = os.environ["MPLBACKEND"]
-            except Exception:  # noqa: BLE001 - an unknown backend: matplotlib says so at the first figure
-                pass
     threads = int(req.get("threads") or 0)
     if threads and "torch" in sys.modules:
         # several notebooks run side by side: one thread each avoids oversubscribing the cores
@@ -370,10 +365,8 @@ def serve(load_checks: Any = None) -> None:
             load_checks()
     else:
         for name in PRELOAD:
-            try:
+            with contextlib.suppress(Exception):  # a missing optional module only costs speed
                 __import__(name)
-            except Exception:  # noqa: BLE001 - a missing optional module only costs speed
-                pass
         _load_kernel_without_debugger()
         _warm_tracebacks()
     from . import guard  # noqa: F401 - loaded once, before any fork
@@ -395,10 +388,8 @@ def serve(load_checks: Any = None) -> None:
         _serve_one(trusted_only)
     for pid in list(_children):
         for kill in (os.killpg, os.kill):
-            try:
+            with contextlib.suppress(OSError):
                 kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
     # nothing is left to save: leave without tearing down PyTorch and the rest module by module,
     # which costs a few tenths of a second of CPU that whoever closed this server waits out
     sys.stdout.flush()
@@ -503,10 +494,8 @@ def _answer(req: dict, trusted_only: bool) -> dict:
             code = 1
         finally:
             os._exit(code)
-    try:
+    with contextlib.suppress(OSError):
         os.setpgid(pid, pid)
-    except OSError:
-        pass
     _exited.pop(pid, None)  # a pid of this namespace used before
     _children.add(pid)
     if init is not None:

@@ -21,6 +21,7 @@ flagged. The gradebook itself is read and written by ``grader.classroom.grades``
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -491,10 +492,8 @@ def grade(
     except KeyboardInterrupt:
         summary.interrupted = True
         if writer is not None:  # what was graded before Ctrl-C is kept (a second Ctrl-C gives it up)
-            try:
+            with contextlib.suppress(KeyboardInterrupt):
                 writer.step(final=True)
-            except KeyboardInterrupt:
-                pass
     finally:
         ex.close()
         if shared is not None:

@@ -105,15 +105,21 @@ def policy(
     }
 
 
-def limit_memory(max_bytes: int | None) -> None:
+def limit_memory(max_bytes: int | None, beyond_now: bool = False) -> None:
     """Cap the address space (or, with a GPU driver present, the data segment) of this process.
 
     Children inherit the limit. CUDA reserves far more address space than it
-    uses, so on GPU machines the data segment is limited instead.
+    uses, so on GPU machines the data segment is limited instead. ``beyond_now``: ``max_bytes``
+    more than the process maps already (a fork with its libraries loaded).
     """
     if not max_bytes:
         return
-    which = resource.RLIMIT_DATA if os.path.exists("/dev/nvidiactl") else resource.RLIMIT_AS
+    gpu = os.path.exists("/dev/nvidiactl")
+    which = resource.RLIMIT_DATA if gpu else resource.RLIMIT_AS
+    if beyond_now:
+        field = "VmData:" if gpu else "VmSize:"
+        with open("/proc/self/status") as status:
+            max_bytes += next((int(ln.split()[1]) << 10 for ln in status if ln.startswith(field)), 0)
     _, hard = resource.getrlimit(which)
     if hard != resource.RLIM_INFINITY:
         max_bytes = min(max_bytes, hard)

@@ -7,6 +7,7 @@ while the notebook's kernel starts; ``GuardedExecute`` waits for them before the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -45,6 +46,7 @@ def _checks_job(nb: Any) -> dict:
         "student_cells": student_cells,
         "graded_names": lesson.graded_names,
         "cell_timeout": ctx["options"].timeout,
+        "memory": ctx["options"].memory,  # the trusted process's cap, as the notebook's
         "result_path": str(ctx["root"] / "trusted" / "result.json"),
         "salt": course.case_salt(
             lesson.id, ctx.get("student", ""), [ctx.get("submission") or repr(nb.cells)]
@@ -63,6 +65,9 @@ class _RunningChecks:
     trusted_dir: Path
 
 
+WATCH_OFF = "the rules' watch missed a call it must see: this notebook's code may have switched it off"
+
+
 def _finish_checks() -> None:
     """Wait for the independent checks started for this notebook (if any), and keep their verdicts."""
     ctx = _CONTEXT
@@ -70,6 +75,8 @@ def _finish_checks() -> None:
     if checks is None:
         return
     ctx["trusted"] = _await_trusted(ctx, checks)
+    if (ctx["trusted"] or {}).get("watch_off"):
+        ctx["flags"].append(WATCH_OFF)
     ctx["phases"]["independent checks"] = round(time.perf_counter() - checks.started, 3)
     for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
         ctx["phases"][f"  {k}"] = v
@@ -94,10 +101,8 @@ def _discard_checks() -> None:
         return
     for proc in (checks.trusted, checks.sandbox):
         if proc is not None:
-            try:
+            with contextlib.suppress(Exception):  # one that outlives SIGKILL goes with the job's folders
                 proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001 - a process that outlives SIGKILL: the job's folders go with it
-                pass
     for path in [checks.trusted_dir / "result.json", checks.trusted_dir / "result.json.tmp"]:
         path.unlink(missing_ok=True)
     box: Path = _CONTEXT.get("box", _CONTEXT["root"])

@@ -7,16 +7,15 @@ where SPEC is JSON ``{"memory": bytes or null, "guard": policy}``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
     # torch loads its native libraries with ctypes, which the guard then refuses: import it first
-    try:
+    with contextlib.suppress(ImportError):
         import torch  # noqa: F401
-    except ImportError:
-        pass
     from . import guard  # relative: inside the seal this package is course_runtime
 
     guard.limit_memory(spec.get("memory"))

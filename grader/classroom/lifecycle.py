@@ -7,6 +7,7 @@ begun and ended, a job's head start (``_start_early``), and everything the noteb
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -171,10 +172,8 @@ def _kill_kernels() -> None:
     """Kill the notebook's kernels, and in the seal every process the notebook left behind."""
     kernels.kill_all()
     if _CONTEXT.get("isolation") == seal.SEALED and servers.SEALED is not None:
-        try:
+        with contextlib.suppress(RuntimeError):
             servers.SEALED.reset()
-        except RuntimeError:
-            pass
 
 
 def _start_early(predicted: Any, autograded_dir: Path, cfg: Any) -> None:
@@ -209,10 +208,8 @@ def _drop_early_kernel() -> None:
     if km is not None:
         from jupyter_core.utils import run_sync
 
-        try:
+        with contextlib.suppress(Exception):  # killed with the job's other processes right after
             run_sync(km.shutdown_kernel)(now=True)
-        except Exception:  # noqa: BLE001 - killed with the job's other processes right after
-            pass
 
 
 def _stop_notebook() -> None:

@@ -155,10 +155,8 @@ class Sandbox:
 
     def kill(self, why: str) -> None:
         self.gone = self.gone or why
-        try:
+        with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 # ------------------------------------------------------------------ values from the sandbox

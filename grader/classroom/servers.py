@@ -13,6 +13,7 @@ servers load PyTorch while the worker loads the rest.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -203,10 +204,8 @@ def warm_up() -> None:
 
     tamper_scan.graded_names()  # the scan's names of graded functions: every lesson's source, read once
     for server in started:
-        try:
+        with contextlib.suppress(RuntimeError, OSError):
             server.ensure()
-        except (RuntimeError, OSError):
-            pass
     import gc
 
     gc.freeze()  # nbgrader's modules stay for the worker's life: its garbage collections skip them

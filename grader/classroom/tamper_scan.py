@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import functools
 import importlib.util
 import re
@@ -347,10 +348,8 @@ def scan(sources: list[str], graded: frozenset[str] | None = None) -> list[str]:
 
     visitor = _Visitor(graded_names() if graded is None else graded)
     for src in sources:
-        try:
+        with contextlib.suppress(SyntaxError):
             visitor.visit(ast.parse(python_source(src)))
-        except SyntaxError:
-            pass
     signs = list(visitor.signs)
     text = "\n".join(sources)
     for pattern, sign in TEXT_SIGNS:

@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from grader.classroom import guard
 from grader.classroom.proxies import Proxy, Sandbox, SandboxGone, Unverifiable, _message, decode
 from grader.classroom.sandbox import SHELL, python_source
 
@@ -227,8 +228,23 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
         "verdicts": verdicts,
         "sandbox_errors": sandbox_errors[:50],
         "sandbox_gone": sandbox.gone,
+        "watch_off": _watch_switched_off(sandbox, timeout),
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
+
+
+def _watch_switched_off(sandbox: Sandbox, timeout: float) -> bool:
+    """Whether the rules' watch (in the student's process: best effort) misses a ruled-out call made after their code."""
+    canary = "def __course_canary__(Z):\n    import torch\n    return torch.softmax(torch.as_tensor(Z), -1)\n"
+    try:
+        sandbox.request(("run", [("<the watch's canary>", canary)]), timeout + 5)
+        with (proxy := Proxy(sandbox, "__course_canary__", timeout)).forbidding(["torch.softmax"]) as calls:
+            proxy([[0.0, 1.0]])
+    except SandboxGone:
+        return False
+    except Exception:  # noqa: BLE001 - a canary the student's code broke says as much as a silent one
+        return True
+    return "torch.softmax" not in calls
 
 
 def _hidden_lines(source: str) -> set[int]:
@@ -262,6 +278,9 @@ def main(job_path: str, to_sandbox: int, from_sandbox: int, sandbox_pid: int) ->
     os.environ["NBGRADER_EXECUTION"] = "autograde"
     with open(job_path) as f:
         job = json.load(f)
+    # outside the seal and its cgroup, what a sandbox's answer or a callback makes this process build (an
+    # expanded tensor made whole, a reference run on huge inputs) has the notebook's cap
+    guard.limit_memory(job.get("memory"), beyond_now=True)
     sandbox = Sandbox(to_sandbox, from_sandbox, sandbox_pid)
     from grader.lessons._common import salted
 

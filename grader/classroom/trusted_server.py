@@ -10,6 +10,7 @@ checks once for all of them instead of the kernel.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -29,10 +30,8 @@ def _run_trusted_sealed(req: dict) -> None:
         def kill(self, why: str) -> None:
             self.gone = self.gone or why
             for fd in (self.wfd, self.rfd):
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
     trusted.Sandbox = SealedSandbox  # this process exists for this one evaluation
     rfd, wfd = fork_server._open_pipes(req["pipes"], sandbox_side=False)
@@ -67,14 +66,10 @@ def _run_trusted(req: dict) -> None:
 
 def _load_checks() -> None:
     for name in PRELOAD_TRUSTED:
-        try:
+        with contextlib.suppress(Exception):  # a missing optional module only costs speed
             __import__(name)
-        except Exception:  # noqa: BLE001 - a missing optional module only costs speed
-            pass
-    try:
+    with contextlib.suppress(Exception):  # a trusted process then reports what is wrong
         sys.modules["grader.registry"].exercises()  # every lesson's checks, imported once
-    except Exception:  # noqa: BLE001 - a trusted process then reports what is wrong
-        pass
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ one no student process could reach (``_after_student_code``, ``read_regular``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -78,7 +79,10 @@ class ApplyVerdicts(NbGraderPreprocessor):
             gid = cell.metadata["nbgrader"]["grade_id"]
             points = float(cell.metadata["nbgrader"].get("points", 0) or 0)
             kernel_error = _first_error(cell)
-            kernel_score, _ = determine_grade(cell, self.log)
+            try:  # a number above the cell's points that the notebook shows is no score of the kernel's
+                kernel_score = determine_grade(cell, self.log)[0]
+            except ValueError:
+                kernel_score = None
             kernel_passed = kernel_score is not None and kernel_score >= points
             outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
@@ -324,7 +328,5 @@ def _drop_links(folder: Path) -> None:
         for name in dirs + files:
             path = Path(top) / name
             if path.is_symlink() or not (path.is_dir() or path.is_file()):
-                try:
+                with contextlib.suppress(OSError):
                     path.unlink()
-                except OSError:
-                    pass
