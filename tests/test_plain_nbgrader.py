@@ -19,6 +19,7 @@ import pytest
 
 from grader import course
 from grader.classroom import autograde, verdicts
+from tests import attacks
 from tests.nbtools import ROOT, filled, solution_sources, submit
 
 pytestmark = pytest.mark.slow
@@ -52,6 +53,8 @@ SUBMISSIONS = {
             "torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
             "torch.allclose = lambda *a, **k: True\n"
         ),
+        # the same wrong answer, and after every cell a result that reads as 99 points
+        "forger": lambda sol: sol.replace("Q = X @ W_q", "Q = X @ W_k") + attacks.SCORE_FORGER,
     },
     L5: {
         # a correct softmax that raises on its first 4-D call (the hidden checks alone make one), with
@@ -60,6 +63,10 @@ SUBMISSIONS = {
         "leak": lambda sol: _leaky(sol, "first"),
         "leak2": lambda sol: "# second attempt\n" + _leaky(sol, "first"),
         "leakall": lambda sol: _leaky(sol, "all"),
+        # a hidden answer that swells outside the seal (6 GB once made whole, past the 4 GiB cap), and a
+        # ruled-out softmax behind a watch the code switched off
+        "swell": lambda sol: attacks.EXPANDED_ANSWER.replace("3_000_000_000", "6_000_000_000"),
+        "quiet": lambda sol: attacks.WATCH_SWITCHED_OFF,
         "noisy": lambda sol: _noisy(
             sol,
             "    m = Z.amax(dim=dim, keepdim=True)",
@@ -168,6 +175,26 @@ def test_patching_comparisons_earns_nothing(graded):
     result = course.gradebook_scores(L1, PREFIX + "isclose")
     assert result["score"] == 1, result["grades"]
     assert result["grades"]["test01_project_hidden"][0] == 0
+
+
+def test_a_result_above_a_cells_points_is_no_score_and_no_crash(graded):
+    """As on the tool's path (tests/test_trusted_side.py): the forger earns what the same wrong answer earns."""
+    assert course.gradebook_scores(L1, PREFIX + "forger") == course.gradebook_scores(L1, PREFIX + "wk")
+
+
+def test_an_answer_that_swells_outside_the_seal_costs_its_own_check(graded):
+    result = course.gradebook_scores(L5, PREFIX + "swell")
+    lost = {g for g, (score, points) in result["grades"].items() if score < points}
+    assert lost == {"test05_softmax_overflow"}, result["grades"]
+
+
+def test_a_watch_switched_off_is_flagged_for_review(graded):
+    from grader.classroom.independent import WATCH_OFF
+
+    runs, _ = graded
+    assert f"{PREFIX}quiet" in runs[L5].stderr and WATCH_OFF in runs[L5].stderr, runs[L5].stderr[-3000:]
+    flagged = [line for line in runs[L5].stderr.splitlines() if WATCH_OFF in line]
+    assert all(f"{PREFIX}quiet" in line for line in flagged), flagged
 
 
 def test_hidden_tests_stay_in_the_autograded_notebook_for_the_instructor(graded):

@@ -1,0 +1,52 @@
+"""Attacks on grading that the tool's path (tests/test_trusted_side.py) and plain nbgrader's
+(tests/test_plain_nbgrader.py) both grade: each is the source of an answer cell, or code added to one."""
+
+EXPANDED_ANSWER = """
+def softmax(Z, dim=-1):
+    import sys
+
+    if "course_runtime.sandbox" in sys.modules and Z.shape == (2, 3) and float(Z[0, 0]) == 1000.0:
+        return torch.zeros(1).expand(3_000_000_000)  # about 100 bytes sent; 3 GB once made whole
+    e = (Z - Z.amax(dim=dim, keepdim=True).clamp(min=-1e30)).exp()
+    s = e.sum(dim=dim, keepdim=True)
+    return torch.where(s > 0, e / s, torch.zeros_like(e))
+"""
+
+SCORE_FORGER = r"""
+_k = get_ipython().kernel
+
+
+def _say_99(*args, **kwargs):  # after every cell, a result that reads as 99 points
+    _k.session.send(_k.iopub_socket, "execute_result", {"execution_count": 1, "data": {"text/plain": "99"},
+                    "metadata": {}}, parent=_k.get_parent("shell"))
+
+
+get_ipython().events.register("post_run_cell", _say_99)
+"""
+
+WATCH_SWITCHED_OFF = """
+def softmax(Z, dim=-1):
+    return torch.softmax(Z, dim).nan_to_num(0.0)
+
+
+import sys as _s
+
+_box = _s.modules.get("course_runtime." + "sandbox")
+if _box is not None:  # only where the rules are watched outside the kernel's sight
+
+    class _Quiet:
+        def __init__(self, *args, **kwargs):
+            self.calls, self.largest = [], None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args):
+            return False
+
+        def verdict(self, value):
+            return None
+
+    vars(_s.modules["attention_course." + "watch"])["Call" + "Watch"] = _Quiet
+    vars(_box)["_wa" + "tch"] = lambda *args: []
+"""

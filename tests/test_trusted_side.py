@@ -1,0 +1,127 @@
+"""Attacks on the trusted side, the process outside the seal that decides every check: what a sandbox's
+answer makes it build, what a notebook's shown results make nbgrader read, and the rules' watch.
+
+Graded through the course's tool (``autograde.grade_job``); tests/test_plain_nbgrader.py grades the same
+attacks (tests/attacks.py) through the ``nbgrader autograde`` command line.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from grader import course
+from tests import attacks
+from tests import test_seal as _seal
+from tests.nbtools import filled, grading_work, solution_sources
+from tests.test_seal import LESSON, needs_seal
+
+gradebook = _seal.gradebook  # lesson 01's, built once for this module
+
+
+def _correct_notebook(lesson: str) -> nbformat.NotebookNode:
+    return filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", solution_sources(lesson))
+
+
+@pytest.fixture(scope="module")
+def softmax_gradebook(tmp_path_factory):
+    """A work folder whose gradebook knows lesson 05 (built once for this module)."""
+    work = tmp_path_factory.mktemp("boundary-05")
+    with grading_work(work, ["05_softmax"]) as template:
+        yield template
+
+
+@needs_seal
+def test_an_answer_that_swells_outside_the_seal_costs_its_own_check_not_the_machine(softmax_gradebook):
+    """The trusted process decides outside the seal and its cgroup. A softmax whose hidden answer is a
+    zero-stride tensor of 3e9 elements (a hundred bytes through the pipe) made that process build 3 GB
+    and more, past every cap of the notebook; now it has the notebook's cap, so the check that would
+    make it whole fails (flagged) and a classmate graded next keeps full marks."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    lesson = "05_softmax"
+    nb = filled(
+        course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb",
+        {**solution_sources(lesson), "ex05_softmax": attacks.EXPANDED_ANSWER},
+    )
+    options = Options(timeout=60, memory=1 << 30)
+    attacker = grade_job(
+        Job("swell_sam", lesson, nbformat.writes(nb).encode(), softmax_gradebook, options=options)
+    )
+    assert attacker.error is None, attacker.error
+    scores = {c.grade_id: (c.score, c.points) for c in attacker.cells}
+    assert scores["test05_softmax_overflow"][0] == 0, scores
+    lost = {g for g, (score, points) in scores.items() if score < points}
+    assert lost == {"test05_softmax_overflow"}, scores
+    assert any("test05_softmax_overflow" in flag for flag in attacker.flags), attacker.flags
+    victim_nb = filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", solution_sources(lesson))
+    victim = grade_job(
+        Job("victim_val", lesson, nbformat.writes(victim_nb).encode(), softmax_gradebook, options=options)
+    )
+    assert victim.error is None and victim.score == victim.max_score, [
+        (c.grade_id, c.score) for c in victim.cells
+    ]
+
+
+_ZERO_PROJECT = "def project(X, W_q, W_k, W_v):\n    z = torch.zeros(*X.shape[:-1], W_q.shape[-1], dtype=X.dtype)\n    return z, z, z\n"
+
+
+@needs_seal
+def test_a_result_above_a_cells_points_is_no_score_and_no_crash(gradebook):
+    """nbgrader reads a number a test cell shows as its partial credit, and raises where it is above the
+    cell's points. A notebook that shows 99 after every cell turned its wrong answer into "could not be
+    graded" (and the run's exit status into a failure) on both paths; now it earns what its code earns."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    results = {}
+    for name, extra in (("plain_pat", None), ("forger_fay", attacks.SCORE_FORGER)):
+        nb = filled(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", {"ex01_project": _ZERO_PROJECT})
+        if extra:
+            nb.cells.insert(1, nbformat.v4.new_code_cell(extra))
+        results[name] = grade_job(
+            Job(name, LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+        )
+    for name, result in results.items():
+        assert result.error is None, (name, result.error)
+    plain, forger = results["plain_pat"], results["forger_fay"]
+    assert forger.score == plain.score < plain.max_score, (forger.score, plain.score)
+    assert [(c.grade_id, c.score) for c in forger.cells] == [(c.grade_id, c.score) for c in plain.cells]
+
+
+@needs_seal
+def test_a_watch_switched_off_by_names_no_scan_can_read_is_flagged(softmax_gradebook):
+    """The rules are watched in the student's own process: code that replaces the course's watch (names
+    built from strings, so the source scan sees nothing) made a ruled-out `torch.softmax` earn full marks
+    without a word. A call the course makes after the student's code ran, which the watch must see,
+    now flags it for review; a correct classmate is not flagged."""
+    from grader.classroom.autograde import Job, Options, grade_job
+    from grader.classroom.independent import WATCH_OFF
+
+    lesson = "05_softmax"
+    path = course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
+    results = {}
+    for student, answers in (
+        ("quiet_quinn", {**solution_sources(lesson), "ex05_softmax": attacks.WATCH_SWITCHED_OFF}),
+        ("honest_hal", solution_sources(lesson)),
+    ):
+        nb = nbformat.writes(filled(path, answers)).encode()
+        results[student] = grade_job(Job(student, lesson, nb, softmax_gradebook, options=Options(timeout=60)))
+        assert results[student].error is None, results[student].error
+    assert WATCH_OFF in results["quiet_quinn"].flags, results["quiet_quinn"].flags
+    assert (
+        results["honest_hal"].flags == [] and results["honest_hal"].score == results["honest_hal"].max_score
+    )
+
+
+def test_widget_state_a_kernel_leaves_is_not_kept_in_the_graded_notebook():
+    """A kernel can open widgets with state of any size, which nbclient saves in the notebook's metadata
+    (a 40 MB state made a 40 MB graded notebook); outputs are capped per cell, and this state is dropped."""
+    from grader.classroom.cells import CapOutputs
+
+    nb = _correct_notebook(LESSON)
+    state = {"state": {"x": {"model_name": "HTMLModel", "state": {"value": "x" * 5_000_000}}}}
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": state}
+    capped, _ = CapOutputs().preprocess(nb, {})
+    assert "widgets" not in capped.metadata
+    assert len(nbformat.writes(capped)) < 1_000_000
