@@ -250,7 +250,7 @@ def test_pipeline_click_on_a_weight_lights_exactly_the_cells_it_came_from():
     assert {c for c, v in lit.items() if v == "chosen"} == {("A", 2, 1)}
     assert {c for c, v in lit.items() if v == "direct"} == direct
     assert {c for c, v in lit.items() if v == "earlier"} == earlier
-    assert "solid" in ex.cells[("masked", 2, 0)].layout.border
+    assert "solid" in ex.grid.border(ex.cells[("masked", 2, 0)])
     st = ex.st
     text = ex.explanation.value
     assert f"= {st.A[2, 1].item():.3f}" in text
@@ -354,8 +354,8 @@ def test_pipeline_lights_the_direct_sources_and_the_earlier_ones_only_on_request
     assert set(lit.values()) == {"chosen", "direct"}, "no earlier source is lit before it is asked for"
     assert {c for c, v in lit.items() if v == "direct"} == {("masked", 4, j) for j in range(5)}
     assert len(lit) == 6, f"a weight lights its five masked scores, not {len(lit) - 1} cells"
-    assert not ex.cells[("X", 0, 0)].layout.border, "X is not lit"
-    assert "solid" in ex.cells[("masked", 4, 0)].layout.border
+    assert not ex.grid.border(ex.cells[("X", 0, 0)]), "X is not lit"
+    assert "solid" in ex.grid.border(ex.cells[("masked", 4, 0)])
     text = ex.explanation.value
     assert "fed directly by 5 cells; 42 earlier cells feed those, not lit" in text, text
     toggle = ex.controls["earlier"]
@@ -363,17 +363,23 @@ def test_pipeline_lights_the_direct_sources_and_the_earlier_ones_only_on_request
     toggle.value = True
     assert toggle.description == "earlier sources: SHOWN" and "ac-on" in toggle._dom_classes
     assert sum(v == "earlier" for v in ex.lit.values()) == 42
-    assert "dashed" in ex.cells[("X", 0, 0)].layout.border
+    assert "dashed" in ex.grid.border(ex.cells[("X", 0, 0)])
     assert "42 earlier cells feed those" in ex.explanation.value and "not lit" not in ex.explanation.value
     ex.cells[("O", 4, 0)].click()  # the choice stays on for the next click
     assert "earlier" in ex.lit.values()
     toggle.value = False
-    assert "earlier" not in ex.lit.values() and not ex.cells[("X", 0, 0)].layout.border
-    assert all("solid" in ex.cells[("V", r, 0)].layout.border for r in range(5)), (
+    assert "earlier" not in ex.lit.values() and not ex.grid.border(ex.cells[("X", 0, 0)])
+    assert all("solid" in ex.grid.border(ex.cells[("V", r, 0)]) for r in range(5)), (
         "O[the(4)] reads every value row"
     )
     ex.controls["query"].value = 0  # O[The(0), thing] reads one value row: the other four go dark
-    assert [bool(ex.cells[("V", r, 0)].layout.border) for r in range(5)] == [True, False, False, False, False]
+    assert [bool(ex.grid.border(ex.cells[("V", r, 0)])) for r in range(5)] == [
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
 
 
 class _Tables(__import__("html.parser").parser.HTMLParser):
@@ -525,3 +531,52 @@ def _all_html(widget) -> str:
             out.append(w.value)
         todo += list(getattr(w, "children", ()))
     return "\n".join(out)
+
+
+# ------------------------------------------------ a front end that falls behind
+
+
+def test_lesson_07s_explorers_reach_a_front_end_that_falls_behind(tmp_path):
+    """A kernel's IOPub socket drops messages for a reader more than ZeroMQ's high-water marks behind
+    (1,000 messages each side, neither set by Jupyter): a loaded laptop's front end then showed an
+    explorer cell with no output at all. Lesson 07's three explorers, run three times while nobody reads
+    (Run All pressed again on a busy machine), must all arrive: each cell's picture, live widget and end."""
+    import time
+
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "ipc"))
+    km.connection_file = str(tmp_path / "kernel.json")
+    km.start_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"])
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply = kc.execute_interactive(
+            "from attention_course.explorers import cell_explainer, pipeline_view, stage_stepper", timeout=60
+        )
+        assert reply["content"]["status"] == "ok"
+        cells = ["display(stage_stepper())", "display(cell_explainer())", "display(pipeline_view())"] * 3
+        sent = {kc.execute(code): code for code in cells}
+        time.sleep(12)  # the front end is busy: nothing is read while every cell runs
+        seen: dict[str, list[str]] = {msg_id: [] for msg_id in sent}
+        idle = 0
+        deadline = time.monotonic() + 60
+        while idle < len(sent) and time.monotonic() < deadline:
+            try:
+                msg = kc.get_iopub_msg(timeout=5)
+            except Exception:  # noqa: BLE001 - queue.Empty: whatever was dropped will never come
+                break
+            parent = msg["parent_header"].get("msg_id")
+            if parent in seen:
+                seen[parent].append(msg["msg_type"])
+                idle += msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+        lost = [
+            f"{sent[m]}: {sorted(set(types))} ({len(types)} messages)"
+            for m, types in seen.items()
+            if "display_data" not in types or types[-1] != "status"
+        ]
+        assert not lost, "cells whose outputs never arrived:\n" + "\n".join(lost)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

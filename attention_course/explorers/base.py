@@ -214,9 +214,12 @@ class Explorer:
     def _root(self, *children):
         self._style = W.HTML(layout=W.Layout(display="none"))  # a <style> applies wherever it sits
         self._style.add_class("ac-style")
-        root = W.VBox([*children, self._style])
-        root.add_class("ac-explorer")
-        root.add_class(f"ac-{self.kind}")
+        classes = (
+            "ac-explorer",
+            f"ac-{self.kind}",
+            f"ac-id-{self.uid}",
+        )  # the last scopes per-explorer rules
+        root = W.VBox([*children, self._style], _dom_classes=classes)
         self.widget = root
         self._restyle()
         return root

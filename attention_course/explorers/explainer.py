@@ -37,12 +37,96 @@ def _ramp(t: float) -> str:
     return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(_LIGHT, _DARK))
 
 
-def _row_label(text: str, width: str):
-    """A grid row's token, as tall as the row's buttons (a plain Label would take a control's 28 px)."""
-    return W.HTML(
-        f"<div style='font-size:13px;line-height:24px;white-space:nowrap'>{html.escape(text)}</div>",
-        layout=W.Layout(width=width, margin="0"),
-    )
+class ButtonGrid:
+    """The matrix cells of an explorer: buttons that share one Layout and one ButtonStyle.
+
+    Each button's colour and outline are rules in two hidden <style> widgets scoped to the
+    explorer (``ac-id-<uid>``), not traits of the button: a grid costs one message per button
+    (not three), and lighting any number of cells costs one. A front end that falls behind
+    (a loaded laptop) can lose messages beyond ZeroMQ's high-water mark of 1,000: an explorer
+    that sent a thousand at once could then show nothing.
+    """
+
+    def __init__(self, uid: str, cell_width: str) -> None:
+        self.scope = f".ac-id-{uid}"
+        self.layout = W.Layout(width=cell_width, height="22px", margin="1px", padding="0")
+        self.style = W.ButtonStyle()
+        self._shared: dict[tuple, W.Layout] = {}
+        self._text_style = None  # one style for every HTML of the grid (ipywidgets 8 makes one per HTML)
+        self.colour_css, self.lit_css = self.html("", display="none"), self.html("", display="none")
+        self.widgets = [self.colour_css, self.lit_css]
+        self._names: dict[int, str] = {}  # id(button) -> its class
+        self.colours: dict[str, str] = {}
+        self.lit: dict[str, tuple[str, str]] = {}
+
+    def lay(self, **kw) -> W.Layout:
+        """One Layout for every widget of the grid laid out alike (never changed after)."""
+        key = tuple(sorted(kw.items()))
+        if key not in self._shared:
+            self._shared[key] = W.Layout(**kw)
+        return self._shared[key]
+
+    def html(self, value: str, **layout) -> W.HTML:
+        """An HTML widget laid out as ``layout`` (a shared Layout), sharing its style with the grid's others."""
+        extra = {} if self._text_style is None else {"style": self._text_style}
+        widget = W.HTML(value, layout=self.lay(**layout), **extra)
+        self._text_style = widget.style
+        return widget
+
+    def button(self, name: str, description: str = "", tooltip: str = "") -> W.Button:
+        b = W.Button(
+            description=description,
+            tooltip=tooltip,
+            layout=self.layout,
+            style=self.style,
+            _dom_classes=("ac-cell", name),  # sent with the button, not after it
+        )
+        self._names[id(b)] = name
+        return b
+
+    def paint(self, colours: dict[str, str]) -> None:
+        """Every button's background (its class -> colour), in one message."""
+        if colours != self.colours:
+            self.colours = dict(colours)
+            rules = "".join(f"{self.scope} .{n}{{background:{c} !important}}" for n, c in colours.items())
+            self.colour_css.value = f"<style>{rules}</style>"
+
+    def light(self, lit: dict[str, tuple[str, str]]) -> None:
+        """Outline these buttons (class -> (border, more CSS)) and no other, in one message."""
+        if lit != self.lit:
+            self.lit = dict(lit)
+            rules = "".join(
+                f"{self.scope} .ac-cell.{n}{{border:{border} !important;{more}}}"
+                for n, (border, more) in lit.items()
+            )
+            self.lit_css.value = f"<style>{rules}</style>"
+
+    def border(self, button: W.Button) -> str:
+        """The outline a button shows ('' for none)."""
+        return self.lit.get(self._names[id(button)], ("", ""))[0]
+
+    def row_label(self, text: str, width: str):
+        """A grid row's token, as tall as the row's buttons (a plain Label would take a control's 28 px)."""
+        text = f"<div style='font-size:13px;line-height:24px;white-space:nowrap'>{html.escape(text)}</div>"
+        return self.html(text, width=width, margin="0")
+
+    def row(self, children) -> W.HBox:
+        return W.HBox(children, layout=self.lay())
+
+    def header(self, cols: list[str], label_w: str, cell_w: str) -> W.HTML:
+        """Column names, bottom-aligned in a row two lines tall: grids side by side keep their rows level."""
+        names = "".join(
+            f"<div style='width:{cell_w};margin:0 1px;flex:none;font-size:12px;line-height:1.1;text-align:center'>"
+            f"{html.escape(c)}</div>"
+            for c in cols
+        )
+        width = int(label_w.removesuffix("px")) + len(cols) * (int(cell_w.removesuffix("px")) + 2)
+        return self.html(
+            f"<div style='display:flex;align-items:flex-end;height:28px'><div style='width:{label_w};flex:none'>"
+            f"</div>{names}</div>",
+            width=f"{width}px",
+            margin="0",
+        )
 
 
 DEPARTS = "#D55E00"  # the frame of the matrix where the head first departs from the lesson (vermillion)
@@ -65,6 +149,8 @@ class CellExplainer(Explorer):
         self.follow = T - 1 if follow is None else int(follow)
         diff = st.first_difference
         self.departs = None if diff is None else SHOWN_IN.get(diff.stage, diff.stage)
+        self.grid = ButtonGrid(self.uid, self.CELL)
+        self._colours: dict[str, str] = {}  # each button's background, sent as one <style>
         self.cells: dict[tuple[str, int, int], W.Button] = {}
         self.explanations: dict[tuple[str, int, int], Explanation] = {}
         self._lit: dict[tuple[str, int, int], str] = {}
@@ -89,12 +175,14 @@ class CellExplainer(Explorer):
         gap = W.Layout(margin="0 12px 4px 0")
         first = {"Q", "S"}  # the grids that carry the row labels (the others sit beside them, row for row)
         grids = {m: self._grid(m, labels=m in first, layout=gap) for m in MATRICES}
+        self.grid.paint(self._colours)
         self._root(
             intro,
             W.HBox([chooser, hint], layout=W.Layout(flex_flow="row wrap", align_items="center")),
             W.HBox([grids["Q"], grids["K"], grids["V"], self.row_story]),
             W.HBox([grids["S"], grids["A"], grids["O"]]),
             self.explanation,
+            *self.grid.widgets,
         )
         # room for the longest arithmetic of any cell: a click never moves what is below or above it
         self.explanation.layout.min_height = text_height([e.text for e in self.explanations.values()])
@@ -147,21 +235,12 @@ class CellExplainer(Explorer):
                 f"<br><span class='ac-departs-note' style='color:{DEPARTS}'>&#9888; first differs from the "
                 "lesson here</span>"
             )
-        header = W.HBox(
-            [W.HTML("", layout=W.Layout(width=label_w, margin="0"))]
-            + [
-                W.HTML(
-                    f"<div style='font-size:12px;line-height:1.1;text-align:center'>{html.escape(c)}</div>",
-                    layout=W.Layout(width=self.CELL, margin="0 1px"),
-                )
-                for c in cols
-            ],
-            layout=W.Layout(height="28px", align_items="flex-end"),  # two lines: "small / word"
-        )
+        header = self.grid.header(cols, label_w, self.CELL)
         rows = [
-            W.HTML(
+            self.grid.html(
                 f"<div style='font-size:13px;font-weight:bold;line-height:1.25'>{title}</div>",
-                layout=W.Layout(width=f"{width}px", margin="0"),
+                width=f"{width}px",
+                margin="0",
             ),
             header,
         ]
@@ -171,19 +250,16 @@ class CellExplainer(Explorer):
                 x = M[i, j].item()
                 ex = explain_cell(st, m, i, j)
                 self.explanations[(m, i, j)] = ex
-                colour = MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
-                b = W.Button(
-                    description=fmt(x, 2),
-                    tooltip=ex.text,
-                    layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"),
-                    style={"button_color": colour},
-                    _dom_classes=("ac-cell", f"ac-cell-{m}-{i}-{j}"),  # sent with the button, not after it
+                name = f"ac-cell-{m}-{i}-{j}"
+                self._colours[name] = (
+                    MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
                 )
+                b = self.grid.button(name, fmt(x, 2), ex.text)
                 b.on_click(lambda _b, key=(m, i, j): self.select(*key))
                 self.cells[(m, i, j)] = b
                 buttons.append(b)
-            label = _row_label(st.label(i) if labels else "", label_w)
-            rows.append(W.HBox([label] + buttons))
+            label = [self.grid.row_label(st.label(i), label_w)] if labels else []
+            rows.append(self.grid.row(label + buttons))
         box = W.VBox(rows, layout=W.Layout(margin=layout.margin))
         box.add_class(f"ac-grid-{m}")
         if m == self.departs:
@@ -212,18 +288,14 @@ class CellExplainer(Explorer):
         for key in ex.inputs:
             want[key] = "input"
         want[self.selected] = "selected"
-        for key in set(self._lit) | set(want):
-            old, new = self._lit.get(key), want.get(key)
-            if old == new:
-                continue
-            b = self.cells[key]
-            with b.layout.hold_sync():
-                b.layout.border = {
-                    "selected": "3px solid #000000",
-                    "input": "2px dashed #333333",
-                    "follow": "2px solid #0072B2",
-                }.get(new)
-            b.style.font_weight = "bold" if new else ""
+        outlines = {
+            "selected": "3px solid #000000",
+            "input": "2px dashed #333333",
+            "follow": "2px solid #0072B2",
+        }
+        self.grid.light(
+            {f"ac-cell-{m}-{i}-{j}": (outlines[v], "font-weight:bold") for (m, i, j), v in want.items()}
+        )
         self._lit = want
         story = "\n".join(explain_row(self.st, self.follow))
         self.row_story.value = _pre(story, "ac-story")

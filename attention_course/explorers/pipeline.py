@@ -19,7 +19,7 @@ import ipywidgets as W
 from .base import Explorer, _pre, text_height
 from .choosing import banner_text
 from .drawing import MASKED
-from .explainer import _ramp, _row_label, numbered, table_html
+from .explainer import ButtonGrid, _ramp, numbered, table_html
 from .numeric import fmt, fmt_list
 from .stages import (
     Stages,
@@ -254,6 +254,14 @@ SHORT = {  # the row labels of the query's table (TITLES says the same at length
 DEPARTS = "#D55E00"  # the frame of the stage that first departs from the lesson (Okabe-Ito vermillion)
 
 
+def _colour_range(st: Stages, stage: str) -> tuple[float, float]:
+    """The values a stage's colour ramp spans: its finite cells (weights: 0 to 1)."""
+    M = matrix(st, stage)
+    finite = M[M.isfinite()]
+    lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 1.0)
+    return (0.0, 1.0) if stage == "A" else (lo, hi)
+
+
 def _earlier_words(on: bool) -> str:
     return f"earlier sources: {'SHOWN' if on else 'HIDDEN'}"
 
@@ -273,6 +281,8 @@ class PipelineView(Explorer):
         self.stage_names = stage_names(st)
         self.departs = departs(st)
         self.query = default_query(st) if query is None else int(query)
+        self.grid = ButtonGrid(self.uid, self.CELL)
+        self._ranges = {stage: _colour_range(st, stage) for stage in self.stage_names}
         self.buttons: dict[tuple[str, int, int], W.Button] = {}  # (stage, shown row, column)
         self.cells: dict[Cell, W.Button] = {}  # full-matrix coordinates: what a click means
         self._lit: dict[tuple[str, int, int], str] = {}
@@ -319,6 +329,7 @@ class PipelineView(Explorer):
             inputs,
             query_row,
             self.explanation,
+            *self.grid.widgets,
         )
         # room for the longest arithmetic of any cell, for every query: a click never moves the grids
         every = [
@@ -337,31 +348,25 @@ class PipelineView(Explorer):
     # ------------------------------------------------------------------ layout
 
     def _button(self, stage: str, r: int, c: int) -> W.Button:
-        b = W.Button(
-            layout=W.Layout(width=self.CELL, height="22px", margin="1px", padding="0"),
-            _dom_classes=("ac-cell", f"ac-cell-{stage}-{r}-{c}"),  # sent with the button, not after it
+        description, _colour = self._face(self._full((stage, r, c)))
+        b = self.grid.button(
+            f"ac-cell-{stage}-{r}-{c}", description, self._tooltip(self._full((stage, r, c)))
         )
         b.on_click(lambda _b, key=(stage, r, c): self._click(key))
         self.buttons[(stage, r, c)] = b
         return b
 
+    def _face(self, cell: Cell) -> tuple[str, str]:
+        """A cell's label and background colour."""
+        stage, i, j = cell
+        lo, hi = self._ranges[stage]
+        x = matrix(self.st, stage)[i, j].item()
+        colour = MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
+        return fmt(x, 3 if stage == "A" else 2), colour
+
     def _width(self, label_w: str, n: int) -> int:
         """The width in pixels of a grid: its row labels and n cells (each with a 1 px margin either side)."""
         return int(label_w.removesuffix("px")) + n * (int(self.CELL.removesuffix("px")) + 2)
-
-    def _header(self, cols: list[str], label_w: str):
-        """Column names, bottom-aligned in a row two lines tall: the grids side by side keep their rows level."""
-        return W.HBox(
-            [W.HTML("", layout=W.Layout(width=label_w, margin="0"))]
-            + [
-                W.HTML(
-                    f"<div style='font-size:12px;line-height:1.1;text-align:center'>{html.escape(c)}</div>",
-                    layout=W.Layout(width=self.CELL, margin="0 1px"),
-                )
-                for c in cols
-            ],
-            layout=W.Layout(height="28px", align_items="flex-end"),  # two lines: "small / word"
-        )
 
     def _title(self, stage: str, width: int) -> W.HTML:
         """A grid's title, as wide as its grid; the stage where the head first departs from the lesson says so."""
@@ -372,9 +377,10 @@ class PipelineView(Explorer):
                 f"{text}<br><span class='ac-departs-note' style='color:{DEPARTS}'>&#9888; first differs from the "
                 f"lesson{html.escape(where)}</span>"
             )
-        title = W.HTML(
+        title = self.grid.html(
             f"<div style='font-size:13px;font-weight:bold;line-height:1.25'>{text}</div>",
-            layout=W.Layout(width=f"{width}px", margin="0"),
+            width=f"{width}px",
+            margin="0",
         )
         self._titles[stage] = title
         return title
@@ -392,11 +398,14 @@ class PipelineView(Explorer):
         cols = columns(self.st, stage)
         full = stage in ("X", "K", "V")
         label_w = self.LABEL if full else "0px"
-        rows = [self._title(stage, self._width(label_w, len(cols))), self._header(cols, label_w)]
+        rows = [
+            self._title(stage, self._width(label_w, len(cols))),
+            self.grid.header(cols, label_w, self.CELL),
+        ]
         for r in range(self.st.T if full else 1):
-            label = _row_label(self.st.label(r) if full else "", label_w)
+            label = [self.grid.row_label(self.st.label(r), label_w)] if full else []
             buttons = [self._button(stage, r, c) for c in range(len(cols))]
-            rows.append(W.HBox([label] + buttons))
+            rows.append(self.grid.row(label + buttons))
         box = W.VBox(rows, layout=W.Layout(margin=layout.margin))
         self._frame(box, stage)
         return box
@@ -406,19 +415,25 @@ class PipelineView(Explorer):
         st = self.st
         stages = [s for s in self.stage_names if s in SHORT]
         label_w = "96px"
-        rows = [self._title("table", self._width(label_w, st.T)), self._header(columns(st, "S"), label_w)]
+        rows = [
+            self._title("table", self._width(label_w, st.T)),
+            self.grid.header(columns(st, "S"), label_w, self.CELL),
+        ]
         for stage in stages:
-            label = W.HTML(
+            label = self.grid.html(
                 f"<div title='{html.escape(TITLES[stage], quote=True)}' style='font-size:12px;line-height:24px'>"
                 f"{html.escape(SHORT[stage])}</div>",
-                layout=W.Layout(width=label_w, margin="0"),
+                width=label_w,
+                margin="0",
             )
-            line = W.HBox([label] + [self._button(stage, 0, c) for c in range(st.T)])
-            line.add_class(f"ac-grid-{stage}")
-            if stage == self.departs:
-                line.add_class("ac-departs")
-                line.layout.border = f"3px solid {DEPARTS}"
-            rows.append(line)
+            departs = stage == self.departs
+            rows.append(
+                W.HBox(
+                    [label] + [self._button(stage, 0, c) for c in range(st.T)],
+                    layout=W.Layout(border=f"3px solid {DEPARTS}") if departs else self.grid.lay(),
+                    _dom_classes=(f"ac-grid-{stage}",) + (("ac-departs",) if departs else ()),
+                )
+            )
         box = W.VBox(rows, layout=W.Layout(margin=layout.margin))
         box.add_class("ac-grid-row-stages")
         return box
@@ -430,29 +445,17 @@ class PipelineView(Explorer):
         return (stage, r, c) if stage in ("X", "K", "V") else (stage, self.query, c)
 
     def _fill_rows(self) -> None:
-        """Values, colours and tooltips of every button for the current query."""
-        st = self.st
+        """Labels, colours and tooltips of every button for the current query (unchanged ones send nothing)."""
         self.cells.clear()
-        ranges = {}
-        for stage in self.stage_names:
-            M = matrix(st, stage)
-            finite = M[M.isfinite()]
-            lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 1.0)
-            ranges[stage] = (0.0, 1.0) if stage == "A" else (lo, hi)
+        colours = {}
         for key, b in self.buttons.items():
-            stage, i, j = cell = self._full(key)
-            lo, hi = ranges[stage]
-            x = matrix(st, stage)[i, j].item()
+            cell = self._full(key)
+            description, colours[f"ac-cell-{key[0]}-{key[1]}-{key[2]}"] = self._face(cell)
             with b.hold_sync():  # description and tooltip in one message
-                b.description = fmt(x, 3 if stage == "A" else 2)
+                b.description = description
                 b.tooltip = self._tooltip(cell)
-            b.style.button_color = (
-                MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
-            )
             self.cells[cell] = b
-        self._base = {key: b.style.button_color for key, b in self.buttons.items()}
-        for key in self._lit:  # every colour is the new query's now: outlines from the last one go too
-            self.buttons[key].layout.border = ""
+        self.grid.paint(colours)
         self._lit = {}
 
     def _tooltip(self, cell: Cell) -> str:
@@ -502,17 +505,15 @@ class PipelineView(Explorer):
                 want[key] = "direct"
             elif show_earlier and full in earlier:
                 want[key] = "earlier"
-        for key in set(self._lit) | set(want):
-            old, new = self._lit.get(key), want.get(key)
-            if old == new:
-                continue
-            b = self.buttons[key]
-            b.layout.border = {
-                "chosen": f"3px solid {CHOSEN}",
-                "direct": "2px solid #8a5a00",
-                "earlier": "2px dashed #8a5a00",
-            }.get(new, "")
-            b.style.button_color = {"direct": DIRECT, "earlier": EARLIER}.get(new, self._base[key])
+        borders = {
+            "chosen": f"3px solid {CHOSEN}",
+            "direct": "2px solid #8a5a00",
+            "earlier": "2px dashed #8a5a00",
+        }
+        fills = {"direct": f"background:{DIRECT} !important", "earlier": f"background:{EARLIER} !important"}
+        self.grid.light(
+            {f"ac-cell-{s}-{r}-{c}": (borders[v], fills.get(v, "")) for (s, r, c), v in want.items()}
+        )
         self._lit = want
         check = ""
         if step.check:
