@@ -214,7 +214,7 @@ STILL_OVER: set[str] = set()
 # the grading engine (grader/classroom/*.py) in lines, all together: may only shrink. The goal is
 # 6,000; it holds the boundary's cgroups, cover and seccomp filter, and the split into modules of
 # at most 600 lines took 155 lines of docstrings and imports
-ENGINE_LINES = 8247
+ENGINE_LINES = 8227
 
 
 def _lines(path: Path) -> int:

@@ -55,6 +55,8 @@ SUBMISSIONS = {
         ),
         # the same wrong answer, and after every cell a result that reads as 99 points
         "forger": lambda sol: sol.replace("Q = X @ W_q", "Q = X @ W_k") + attacks.SCORE_FORGER,
+        # a right answer whose cell then swaps the kernel's sockets for links
+        "swapper": lambda sol: sol + "\n" + attacks.SOCKET_SWAPPER,
     },
     L5: {
         # a correct softmax that raises on its first 4-D call (the hidden checks alone make one), with
@@ -180,6 +182,15 @@ def test_patching_comparisons_earns_nothing(graded):
 def test_a_result_above_a_cells_points_is_no_score_and_no_crash(graded):
     """As on the tool's path (tests/test_trusted_side.py): the forger earns what the same wrong answer earns."""
     assert course.gradebook_scores(L1, PREFIX + "forger") == course.gradebook_scores(L1, PREFIX + "wk")
+
+
+def test_a_kernel_cannot_swap_its_sockets_for_links_the_grader_would_follow(graded):
+    """As on the tool's path (tests/test_trusted_side.py): the swap fails, the notebook earns full marks."""
+    result = course.gradebook_scores(L1, PREFIX + "swapper")
+    assert result["score"] == result["max_score"], result["grades"]
+    text = "".join(o.get("text", "") for o in _cell(L1, "swapper", "ex01_project").outputs)
+    if os.geteuid() == 0:  # elsewhere the kernel is the grading user itself, and reaches nothing it could not
+        assert "KEPT" in text and "SWAPPED" not in text, text
 
 
 def test_an_answer_that_swells_outside_the_seal_costs_its_own_check(graded):

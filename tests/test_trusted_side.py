@@ -7,6 +7,8 @@ attacks (tests/attacks.py) through the ``nbgrader autograde`` command line.
 
 from __future__ import annotations
 
+import os
+
 import nbformat
 import pytest
 
@@ -125,3 +127,40 @@ def test_widget_state_a_kernel_leaves_is_not_kept_in_the_graded_notebook():
     capped, _ = CapOutputs().preprocess(nb, {})
     assert "widgets" not in capped.metadata
     assert len(nbformat.writes(capped)) < 1_000_000
+
+
+@needs_seal
+def test_a_kernel_cannot_swap_its_sockets_for_links_the_grader_would_follow(gradebook):
+    """The kernel's sockets are files in a folder bound into the seal, read by the grading process from
+    outside it (root, where grading runs as root). Student code replaced them with links to a socket the
+    seal hides, and that process connected to it hundreds of times. Once the kernel has bound them, and
+    before any student code runs, the folder is root's and read-only: the swap fails, the notebook is
+    graded as usual."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = _correct_notebook(LESSON)
+    nb.cells.insert(1, nbformat.v4.new_code_cell(attacks.SOCKET_SWAPPER))
+    result = grade_job(
+        Job("swap_sid", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+    )
+    assert result.error is None and result.score == result.max_score, (result.error, result.score)
+    printed = nbformat.reads(result.notebook.decode(), as_version=4).cells[1].outputs
+    text = "".join(o.get("text", "") for o in printed)
+    if os.geteuid() == 0:  # elsewhere the kernel is the grading user itself, and reaches nothing it could not
+        assert "KEPT" in text and "SWAPPED" not in text, text
+
+
+def test_the_kernels_widget_state_is_not_collected_while_grading(tmp_path):
+    """The executor keeps no copy of the widget state a kernel sends: a kernel that sent 400 MB of it
+    made the grading process hold gigabytes (and fail that student's job) before any cap applied."""
+    from grader.classroom.autograde import GuardedExecute
+
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import ipywidgets as W\nw = W.HTML('x' * 2_000_000)\ndisplay(w)")]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = GuardedExecute(timeout=60)
+    executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[0].outputs, "the widget was displayed"
+    assert executor.widget_state == {} and "widgets" not in nb.metadata

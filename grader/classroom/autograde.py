@@ -93,6 +93,7 @@ warnings.filterwarnings("ignore", message=".*not in session.*")
 # ------------------------------------------------------------------ preprocessors
 
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor  # noqa: E402
+from traitlets import Bool  # noqa: E402
 
 
 def _is_test_cell(cell: Any) -> bool:
@@ -130,6 +131,9 @@ class IndependentChecks(NbGraderPreprocessor):
 
 class GuardedExecute(Execute):
     """nbgrader's Execute, with guarded kernels; a dead kernel ends the notebook, not the class."""
+
+    # the kernel's widget state, which a kernel can make any size, is not collected (nor kept: CapOutputs)
+    store_widget_state = Bool(False).tag(config=True)
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["kernel_manager_class"] = kernels.GuardedKernelManager

@@ -21,7 +21,8 @@ student's code where nothing of the server, or of any other notebook, can be rea
   (``seccomp_filter``) refuses the calls that reach past a namespace or into another process:
   ``ptrace``, ``process_vm_*``, ``open_by_handle_at``, mounts, ``unshare``/``setns`` and
   namespace flags of ``clone``, ``keyctl``, ``bpf``, module loading, ``perf_event_open``,
-  ``userfaultfd``, ``io_uring``, ``TIOCSTI`` and the rest of ``seccomp.DENIED``.
+  ``userfaultfd``, ``io_uring``, ``TIOCSTI``, sockets but local, IP and netlink (no ``AF_VSOCK``: it
+  reaches a virtual machine's host past the network namespace), and the rest of ``seccomp.DENIED``.
 - **limits**: file size (``FILE_LIMIT``), core files off, and for the notebook's user a process
   count (Linux counts it per user, so one notebook's processes never use up another's). Where
   the worker may make cgroups (``make_cgroups``), each child joins one of its own

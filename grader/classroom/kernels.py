@@ -168,6 +168,12 @@ class GuardedKernelClient(AsyncKernelClient):
                 await self.iopub_channel.get_msg(timeout=0)
             except Empty:
                 break
+        # the kernel has bound every socket and run no student code yet: its folder becomes root's and
+        # read-only, so that code run later cannot put a link where a socket was (root would follow it)
+        folder = getattr(self.parent, "_sealed_dir", None)
+        if folder and os.geteuid() == 0:
+            os.chown(folder, 0, 0)
+            os.chmod(folder, 0o755)
 
 
 class GuardedKernelManager(AsyncKernelManager):

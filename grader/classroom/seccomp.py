@@ -30,112 +30,71 @@ NAMESPACE_FLAGS = (
 )
 SECCOMP_MODE_FILTER = 2
 TIOCSTI = 0x5412
+# the socket families student code may create: local sockets (the kernel's own), IP in the notebook's
+# network namespace (nothing beyond it), netlink (the C library asks it for addresses); AF_VSOCK would
+# reach a virtual machine's host past that namespace, and the rest (AF_ALG, AF_PACKET, ...) are kernel
+# code no notebook needs
+SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 
-# the calls student code never needs, by architecture: (audit arch, {name: number}, clone, clone3, ioctl)
-_X86_64 = {
-    "ptrace": 101,
-    "process_vm_readv": 310,
-    "process_vm_writev": 311,
-    "process_madvise": 440,
-    "pidfd_getfd": 438,
-    "kcmp": 312,
-    "name_to_handle_at": 303,
-    "open_by_handle_at": 304,
-    "mount": 165,
-    "umount2": 166,
-    "pivot_root": 155,
-    "chroot": 161,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "move_mount": 429,
-    "open_tree": 428,
-    "mount_setattr": 442,
-    "unshare": 272,
-    "setns": 308,
-    "keyctl": 250,
-    "add_key": 248,
-    "request_key": 249,
-    "bpf": 321,
-    "init_module": 175,
-    "finit_module": 313,
-    "delete_module": 176,
-    "kexec_load": 246,
-    "kexec_file_load": 320,
-    "perf_event_open": 298,
-    "userfaultfd": 323,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "reboot": 169,
-    "swapon": 167,
-    "swapoff": 168,
-    "acct": 163,
-    "syslog": 103,
-    "iopl": 172,
-    "ioperm": 173,
-    "quotactl": 179,
-    "lookup_dcookie": 212,
-    "settimeofday": 164,
-    "clock_settime": 227,
-    "adjtimex": 159,
-    "clock_adjtime": 305,
-    "vhangup": 153,
-    "uselib": 134,
+# the calls student code never needs: name -> (number on x86_64, on aarch64; None where it has none)
+_CALLS = {
+    "ptrace": (101, 117),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "process_madvise": (440, 440),
+    "pidfd_getfd": (438, 438),
+    "kcmp": (312, 272),
+    "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "pivot_root": (155, 41),
+    "chroot": (161, 51),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "fspick": (433, 433),
+    "move_mount": (429, 429),
+    "open_tree": (428, 428),
+    "mount_setattr": (442, 442),
+    "unshare": (272, 97),
+    "setns": (308, 268),
+    "keyctl": (250, 219),
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "bpf": (321, 280),
+    "init_module": (175, 105),
+    "finit_module": (313, 273),
+    "delete_module": (176, 106),
+    "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294),
+    "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "reboot": (169, 142),
+    "swapon": (167, 224),
+    "swapoff": (168, 225),
+    "acct": (163, 89),
+    "syslog": (103, 116),
+    "iopl": (172, None),
+    "ioperm": (173, None),
+    "quotactl": (179, 60),
+    "lookup_dcookie": (212, 18),
+    "settimeofday": (164, 170),
+    "clock_settime": (227, 112),
+    "adjtimex": (159, 171),
+    "clock_adjtime": (305, 266),
+    "vhangup": (153, 58),
+    "uselib": (134, None),
 }
-_AARCH64 = {
-    "ptrace": 117,
-    "process_vm_readv": 270,
-    "process_vm_writev": 271,
-    "process_madvise": 440,
-    "pidfd_getfd": 438,
-    "kcmp": 272,
-    "name_to_handle_at": 264,
-    "open_by_handle_at": 265,
-    "mount": 40,
-    "umount2": 39,
-    "pivot_root": 41,
-    "chroot": 51,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "move_mount": 429,
-    "open_tree": 428,
-    "mount_setattr": 442,
-    "unshare": 97,
-    "setns": 268,
-    "keyctl": 219,
-    "add_key": 217,
-    "request_key": 218,
-    "bpf": 280,
-    "init_module": 105,
-    "finit_module": 273,
-    "delete_module": 106,
-    "kexec_load": 104,
-    "kexec_file_load": 294,
-    "perf_event_open": 241,
-    "userfaultfd": 282,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "reboot": 142,
-    "swapon": 224,
-    "swapoff": 225,
-    "acct": 89,
-    "syslog": 116,
-    "quotactl": 60,
-    "lookup_dcookie": 18,
-    "settimeofday": 170,
-    "clock_settime": 112,
-    "adjtimex": 171,
-    "clock_adjtime": 266,
-    "vhangup": 58,
-}
+_X86_64 = {name: x86 for name, (x86, _) in _CALLS.items()}
+_AARCH64 = {name: arm for name, (_, arm) in _CALLS.items() if arm is not None}
+# by architecture: (audit arch, {name: number}, clone, clone3, ioctl, (socket, socketpair))
 ARCHES = {
-    "x86_64": (0xC000003E, _X86_64, 56, 435, 16),
-    "aarch64": (0xC00000B7, _AARCH64, 220, 435, 29),
+    "x86_64": (0xC000003E, _X86_64, 56, 435, 16, (41, 53)),
+    "aarch64": (0xC00000B7, _AARCH64, 220, 435, 29, (198, 199)),
 }
 DENIED = sorted(_X86_64)
 
@@ -146,13 +105,14 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
 
     Every call of ``DENIED`` fails with EPERM, as does ``clone`` with a namespace flag and
     ``ioctl(TIOCSTI)``; ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot
-    read; the C library then falls back to ``clone``); calls of another architecture's ABI
-    (x32, i386) fail with EPERM. Everything else is allowed.
+    read; the C library then falls back to ``clone``); ``socket`` and ``socketpair`` of a family
+    not in ``SOCKET_FAMILIES`` fail with EPERM; calls of another architecture's ABI (x32, i386)
+    fail with EPERM. Everything else is allowed.
     """
     arch = ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
-    audit_arch, numbers, clone, clone3, ioctl = arch
+    audit_arch, numbers, clone, clone3, ioctl, sockets = arch
     LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
     ALLOW, DENY, NOSYS = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     prog: list[tuple] = []  # (code, jump-true label or 0, jump-false label or 0, k)
@@ -170,8 +130,17 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     jump(JEQ, clone3, "nosys", 0)
     jump(JEQ, clone, "clone", 0)
     jump(JEQ, ioctl, "ioctl", 0)
+    for nr in sockets:
+        jump(JEQ, nr, "socket", 0)
     jump(RET, ALLOW)
-    labels = {"clone": len(prog)}
+    labels = {"socket": len(prog)}
+    jump(LD, 16)  # args[0], low half: the family
+    for family in SOCKET_FAMILIES:
+        jump(JEQ, family, "allow", 0)
+    jump(RET, DENY)
+    labels["allow"] = len(prog)
+    jump(RET, ALLOW)
+    labels["clone"] = len(prog)
     jump(LD, 16)  # args[0], low half: the flags
     jump(JSET, NAMESPACE_FLAGS, "deny", 0)
     jump(RET, ALLOW)
