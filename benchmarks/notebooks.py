@@ -1,6 +1,11 @@
-"""Time every solution notebook top to bottom in a real kernel (kernel start included).
+"""Time every lesson top to bottom in a real kernel (kernel start included), as a student runs it.
 
-    python benchmarks/notebooks.py [--repeat 3] [lesson ...]
+    python benchmarks/notebooks.py [--repeat 3] [--solutions] [lesson ...]
+
+What runs is the student's notebook (``notebooks/``) with the model answers in its exercise
+cells: what a student who has done the work meets on Run All. ``--solutions`` times the
+instructor's notebooks (``solutions/``) instead, whose test cells also run the hidden checks
+(several trainings in lesson 10), which no student's notebook holds.
 
 Each round runs a baseline notebook (kernel start + the lessons' setup imports,
 the floor no lesson can beat) and then every lesson, interleaved, so that a busy
@@ -46,21 +51,39 @@ def run(nb: nbformat.NotebookNode, cwd: Path) -> float:
     return time.perf_counter() - start
 
 
+def notebook(lesson: str, solutions: bool) -> tuple[nbformat.NotebookNode, Path]:
+    """The notebook to time and its folder: the student's with the model answers, or the instructor's."""
+    from tests.nbtools import filled, solution_sources
+
+    if solutions:
+        path = ROOT / "solutions" / lesson / f"{lesson}.ipynb"
+        return nbformat.read(path, as_version=4), path.parent
+    path = ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
+    return filled(path, solution_sources(lesson)), path.parent
+
+
 def main() -> int:
     from grader.course import lessons
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lessons", nargs="*", help="lesson ids (default: all)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--solutions", action="store_true", help="the instructor's notebooks, hidden checks too"
+    )
     args = parser.parse_args()
     chosen = args.lessons or lessons()
     times: dict[str, list[float]] = {"(baseline)": []}
     for _ in range(1 + args.repeat):  # the cold round, then the repeats
         times["(baseline)"].append(run(nbformat.from_dict(BASELINE), ROOT))
         for lesson in chosen:
-            path = ROOT / "solutions" / lesson / f"{lesson}.ipynb"
-            times.setdefault(lesson, []).append(run(nbformat.read(path, as_version=4), path.parent))
+            times.setdefault(lesson, []).append(run(*notebook(lesson, args.solutions)))
     base = statistics.median(times["(baseline)"][1:])
+    print(
+        "the instructor's notebooks, hidden checks included"
+        if args.solutions
+        else "the students' notebooks with the model answers (what Run All costs a student who has done the work)"
+    )
     print(
         f"{'notebook':<20} {'cold s':>7} {'median s':>9} {'x baseline':>11} {'<= 5 s':>7}"
         f"   (median of {args.repeat} runs after the cold one)"
