@@ -53,13 +53,13 @@ def run(nb: nbformat.NotebookNode, cwd: Path) -> float:
 
 def notebook(lesson: str, solutions: bool) -> tuple[nbformat.NotebookNode, Path]:
     """The notebook to time and its folder: the student's with the model answers, or the instructor's."""
-    from tests.nbtools import filled, solution_sources
+    from grader.classroom.lessons import answered
 
     if solutions:
         path = ROOT / "solutions" / lesson / f"{lesson}.ipynb"
         return nbformat.read(path, as_version=4), path.parent
     path = ROOT / "notebooks" / lesson / f"{lesson}.ipynb"
-    return filled(path, solution_sources(lesson)), path.parent
+    return nbformat.reads(answered(lesson).decode(), as_version=4), path.parent
 
 
 def main() -> int:

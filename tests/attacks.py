@@ -68,3 +68,13 @@ for _ in range(100):
     time.sleep(0.05)
 print(open("swap.txt").read())
 """
+
+# the same swap of the stdin channel's socket while the kernel starts, before it answers its first request:
+# a file submitted next to the notebook, which IPython imports from the kernel's working folder as it
+# loads its default extension
+PRELOCK_SWAPPER = (
+    SOCKET_SWAPPER.replace('print(open("swap.txt").read())', "").replace(
+        'os.path.basename(p).startswith("ipc")', 'os.path.basename(p) == "ipc-3"'
+    )
+    + "from IPython.extensions.storemagic import load_ipython_extension  # noqa: F401 - %store still works\n"
+)

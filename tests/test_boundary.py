@@ -51,10 +51,12 @@ for name, nr in numbers.items():
     result = libc.syscall(nr, *args[name])
     calls[name] = "allowed" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 import socket
-for family, kind, name in ((40, 1, "AF_VSOCK"), (38, 5, "AF_ALG"), (17, 2, "AF_PACKET"), (15, 3, "AF_KEY"),
-                          (30, 4, "AF_TIPC")):  # kinds: stream, seqpacket, dgram, raw, rdm
+for family, kind, protocol, name in (
+    (40, 1, 0, "AF_VSOCK"), (38, 5, 0, "AF_ALG"), (17, 2, 0, "AF_PACKET"), (15, 3, 2, "AF_KEY"), (30, 4, 0, "AF_TIPC"),
+    (2, 1, 262, "AF_INET MPTCP"), (2, 2, 136, "AF_INET UDPLITE"), (16, 3, 6, "AF_NETLINK XFRM"),
+):  # kinds: stream, seqpacket, dgram, raw, rdm
     try:
-        socket.socket(family, kind).close()
+        socket.socket(family, kind, protocol).close()
         calls["socket " + name] = "allowed"
     except OSError as e:
         calls["socket " + name] = errno.errorcode.get(e.errno, "?")

@@ -78,6 +78,10 @@ SUBMISSIONS = {
 }
 
 
+# files submitted next to a notebook (nbgrader's own collect copies a student's whole folder)
+BESIDE = {(L1, "prelock"): {"storemagic.py": attacks.PRELOCK_SWAPPER}}
+
+
 def _leaky(source: str, what: str) -> str:
     line = "    m = Z.amax(dim=dim, keepdim=True)"
     spy = (
@@ -95,6 +99,11 @@ def _autograde(lesson: str, release: Path, tmp: Path) -> subprocess.CompletedPro
     for name, make in SUBMISSIONS[lesson].items():
         answers = {**sols, exercise: make(sols[exercise])}
         submit(filled(release / lesson / f"{lesson}.ipynb", answers), lesson, PREFIX + name)
+    for (where, name), files in BESIDE.items():
+        if where == lesson:
+            path = submit(filled(release / lesson / f"{lesson}.ipynb", sols), lesson, PREFIX + name)
+            for file, text in files.items():
+                (path.parent / file).write_text(text)
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     env = dict(os.environ, PATH=path, TMPDIR=str(tmp))
     return subprocess.run(
@@ -191,6 +200,23 @@ def test_a_kernel_cannot_swap_its_sockets_for_links_the_grader_would_follow(grad
     text = "".join(o.get("text", "") for o in _cell(L1, "swapper", "ex01_project").outputs)
     if os.geteuid() == 0:  # elsewhere the kernel is the grading user itself, and reaches nothing it could not
         assert "KEPT" in text and "SWAPPED" not in text, text
+
+
+def test_a_file_beside_the_notebook_that_swaps_a_socket_as_the_kernel_starts_is_caught(graded):
+    """Code submitted beside the notebook runs while the kernel starts (IPython imports its default
+    extension from the working folder), before the socket folder is locked: it left a link there that
+    the grading process followed. The folder is checked once locked: that kernel is stopped and the
+    notebook flagged for review; its answers, checked outside the kernel, earn what they earn."""
+    if os.geteuid() != 0:
+        pytest.skip("the socket folder is locked only where grading runs as root")
+    runs, _ = graded
+    flagged = [line for line in runs[L1].stderr.splitlines() if "tampered with the kernel" in line]
+    assert flagged and all(f"{PREFIX}prelock" in line for line in flagged), [
+        line for line in runs[L1].stderr.splitlines() if "prelock" in line
+    ]
+    assert "socket folder holds 'ipc-3'" in flagged[0], flagged
+    text = "".join(o.get("text", "") for o in _cell(L1, "prelock", "test01_project_hidden").outputs)
+    assert "the kernel stopped" in text, text
 
 
 def test_an_answer_that_swells_outside_the_seal_costs_its_own_check(graded):

@@ -142,6 +142,8 @@ class GuardedExecute(Execute):
 
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
         self._current = index
+        if getattr(self.kc, "tampered", None):
+            raise kernels.KernelTampered(self.kc.tampered)
         _finish_checks()  # the kernel is ready: wait for the checks (if still running), whose sandbox then goes
         if not (_CONTEXT and _is_test_cell(cell) and lessons.HIDDEN_BLOCK.search(cell.source)):
             return super().preprocess_cell(cell, resources, index)
@@ -190,6 +192,8 @@ class GuardedExecute(Execute):
             )
         else:
             ename, why = "KernelDied", f"the kernel stopped: {type(e).__name__}: {e}"
+        if isinstance(e, kernels.KernelTampered) and _CONTEXT:
+            _CONTEXT["flags"].append(f"tampered with the kernel as it started: {e}")
         self._mark_rest(nb, ename, why)
         return nb, resources
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -122,6 +123,13 @@ class SteppedShellChannel(AsyncZMQSocketChannel):
                     raise
 
 
+class KernelTampered(RuntimeError):
+    """Code run while the kernel started changed what the grading process reads from it: stopped, flagged.
+
+    Raised by ``GuardedExecute`` before the first cell, not while the client starts (where nbclient
+    would log it as an error of the run)."""
+
+
 class GuardedKernelClient(AsyncKernelClient):
     """The client nbclient gets for a grading kernel: ready as soon as the kernel has answered, and
     never asleep on a reply that has come (``SteppedShellChannel``).
@@ -133,6 +141,9 @@ class GuardedKernelClient(AsyncKernelClient):
     """
 
     shell_channel_class = Type(SteppedShellChannel)
+    tampered: str | None = (
+        None  # why the kernel cannot be trusted to run the notebook (GuardedExecute stops it)
+    )
 
     @default("context")
     def _default_context(self) -> zmq.asyncio.Context:
@@ -168,12 +179,22 @@ class GuardedKernelClient(AsyncKernelClient):
                 await self.iopub_channel.get_msg(timeout=0)
             except Empty:
                 break
-        # the kernel has bound every socket and run no student code yet: its folder becomes root's and
-        # read-only, so that code run later cannot put a link where a socket was (root would follow it)
+        # the kernel has bound every socket: its folder becomes root's and read-only, so that code run
+        # later cannot put a link where a socket was (root would follow it); code run while the kernel
+        # started (it imports from its working folder) could have, so the folder must hold only those
         folder = getattr(self.parent, "_sealed_dir", None)
         if folder and os.geteuid() == 0:
             os.chown(folder, 0, 0)
             os.chmod(folder, 0o755)
+            for entry in os.scandir(folder):
+                mode = entry.stat(follow_symlinks=False).st_mode
+                expected = (
+                    stat.S_ISSOCK(mode) if entry.name.startswith("ipc-") else entry.name == "kernel.json"
+                )
+                if not (expected and not stat.S_ISLNK(mode)):
+                    self.tampered = (
+                        f"the kernel's socket folder holds {entry.name!r}, which the kernel did not make"
+                    )
 
 
 class GuardedKernelManager(AsyncKernelManager):

@@ -30,11 +30,11 @@ NAMESPACE_FLAGS = (
 )
 SECCOMP_MODE_FILTER = 2
 TIOCSTI = 0x5412
-# the socket families student code may create: local sockets (the kernel's own), IP in the notebook's
-# network namespace (nothing beyond it), netlink (the C library asks it for addresses); AF_VSOCK would
-# reach a virtual machine's host past that namespace, and the rest (AF_ALG, AF_PACKET, ...) are kernel
-# code no notebook needs
-SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+# the sockets student code may create, family -> protocols: local ones (the kernel's own), TCP and UDP
+# in the notebook's network namespace (nothing beyond it), netlink's routing (the C library asks it for
+# addresses). AF_VSOCK would reach a virtual machine's host past that namespace; the rest (AF_ALG,
+# AF_PACKET, MPTCP, SCTP, netlink's XFRM, ...) are kernel code no notebook needs
+SOCKETS = {1: (0,), 2: (0, 6, 17), 10: (0, 6, 17), 16: (0,)}  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 
 # the calls student code never needs: name -> (number on x86_64, on aarch64; None where it has none)
 _CALLS = {
@@ -106,7 +106,7 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     Every call of ``DENIED`` fails with EPERM, as does ``clone`` with a namespace flag and
     ``ioctl(TIOCSTI)``; ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot
     read; the C library then falls back to ``clone``); ``socket`` and ``socketpair`` of a family
-    not in ``SOCKET_FAMILIES`` fail with EPERM; calls of another architecture's ABI (x32, i386)
+    or protocol not in ``SOCKETS`` fail with EPERM; calls of another architecture's ABI (x32, i386)
     fail with EPERM. Everything else is allowed.
     """
     arch = ARCHES.get(machine or platform.machine())
@@ -135,9 +135,15 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     jump(RET, ALLOW)
     labels = {"socket": len(prog)}
     jump(LD, 16)  # args[0], low half: the family
-    for family in SOCKET_FAMILIES:
-        jump(JEQ, family, "allow", 0)
+    for family in SOCKETS:
+        jump(JEQ, family, f"family {family}", 0)
     jump(RET, DENY)
+    for family, protocols in SOCKETS.items():
+        labels[f"family {family}"] = len(prog)
+        jump(LD, 32)  # args[2], low half: the protocol
+        for protocol in protocols:
+            jump(JEQ, protocol, "allow", 0)
+        jump(RET, DENY)
     labels["allow"] = len(prog)
     jump(RET, ALLOW)
     labels["clone"] = len(prog)
