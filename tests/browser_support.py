@@ -6,17 +6,31 @@ a test module that needs Chromium calls :func:`module_chromium`, which starts on
 browser the first time and closes it when the module's tests are done (before any
 other module's tests run). Each test opens its own page (``browser.new_page()``), which
 is a fresh browser context: no cookies or storage shared between tests.
+
+:func:`running_lab` starts the JupyterLab server the tests (the ``lab`` fixture of
+tests/test_browser.py) and tests/browser_clicks.py drive; :func:`launch_chromium`
+starts Chromium as both do. Neither needs pytest.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 CHROMIUM = os.environ.get("ATTENTION_COURSE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-dev-shm-usage"]
 _KEY = pytest.StashKey[object]()
 
 
@@ -33,6 +47,11 @@ def why_no_browser() -> str | None:
     return None
 
 
+def launch_chromium(playwright):
+    """Headless Chromium at ``CHROMIUM``, started by a running (sync) Playwright."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
 def module_chromium(request: pytest.FixtureRequest):
     """The Chromium of the requesting test module: started on first use, closed after the module's tests."""
     why = why_no_browser()
@@ -46,10 +65,7 @@ def module_chromium(request: pytest.FixtureRequest):
 
     playwright = sync_playwright().start()
     try:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
+        browser = launch_chromium(playwright)
     except Exception as error:  # e.g. a Chromium that lacks its libraries here
         playwright.stop()
         pytest.skip(f"Chromium at {CHROMIUM} would not start ({type(error).__name__}): no browser tests here")
@@ -64,6 +80,98 @@ def module_chromium(request: pytest.FixtureRequest):
     module.stash[_KEY] = browser
     module.addfinalizer(close)
     return browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# JupyterLab's settings for the test server: no news or update checks (no network), every cell
+# of a notebook in the page (no windowing: a cell scrolled out of view still holds its outputs).
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+}
+
+
+@contextmanager
+def running_lab(root: Path, home: Path) -> Iterator[dict]:
+    """A JupyterLab server on a free local port, rooted at ``root``, its configuration, settings,
+    runtime files, IPython folder and log in ``home``; stopped on leaving.
+
+    Yields ``base`` (the server's URL), ``token``, ``root``, ``log`` (the server's log file),
+    ``dumps`` (where its kernels write their threads on SIGUSR1, see :func:`kernel_dumps`) and
+    ``runtime`` (its runtime folder, which every one of its kernels' command lines holds).
+    """
+    settings = home / "settings"
+    for plugin, values in LAB_SETTINGS.items():
+        target = settings / f"{plugin}.jupyterlab-settings"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
+    token = secrets.token_hex(16)
+    port = _free_port()
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        IPYTHONDIR=str(home / "ipython"),  # its kernels' own input history, not the one all tests share
+    )
+    env.pop("NBGRADER_EXECUTION", None)
+    prepare_kernel_dumps(home / "ipython", home / "dumps")
+    log = open(home / "lab.log", "w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.open_browser=False",
+            f"--ServerApp.root_dir={root}",
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("JupyterLab did not start:\n" + (home / "lab.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield {
+            "base": base,
+            "token": token,
+            "root": root,
+            "log": home / "lab.log",
+            "dumps": home / "dumps",
+            "runtime": str(home / "runtime"),
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
 
 
 PAGE_STATE = """() => {

@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +30,7 @@ from tests.browser_support import (
     describe_page,
     kernel_dumps,
     module_chromium,
-    prepare_kernel_dumps,
+    running_lab,
     watch_console,
     why_no_browser,
 )
@@ -79,12 +77,6 @@ NOTEBOOKS = [pytest.param(FIXTURE, id="fixture")] + [
 # ------------------------------------------------------------------ JupyterLab
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _prepare(path: Path, dest: Path) -> Path:
     """Copy a notebook into the private course folder; a lesson gets its exercises filled in."""
     if path == FIXTURE:
@@ -105,78 +97,8 @@ def lab(tmp_path_factory):
     why = why_no_browser()
     if why:
         pytest.skip(why)
-    root = tmp_path_factory.mktemp("course")
-    home = tmp_path_factory.mktemp("jupyter")
-    settings = home / "settings"
-    for plugin, values in {
-        "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
-        "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
-    }.items():
-        target = settings / f"{plugin}.jupyterlab-settings"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(values))
-    token = secrets.token_hex(16)
-    port = _free_port()
-    env = dict(
-        os.environ,
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(settings),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        IPYTHONDIR=str(home / "ipython"),  # its kernels' own input history, not the one all tests share
-    )
-    env.pop("NBGRADER_EXECUTION", None)
-    prepare_kernel_dumps(home / "ipython", home / "dumps")
-    log = open(home / "lab.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--allow-root",
-            f"--port={port}",
-            "--ServerApp.ip=127.0.0.1",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",
-            "--ServerApp.open_browser=False",
-            f"--ServerApp.root_dir={root}",
-        ],
-        cwd=root,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("JupyterLab did not start:\n" + (home / "lab.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield {
-            "base": base,
-            "token": token,
-            "root": root,
-            "log": home / "lab.log",
-            "dumps": home / "dumps",
-            "runtime": str(home / "runtime"),
-        }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with running_lab(tmp_path_factory.mktemp("course"), tmp_path_factory.mktemp("jupyter")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
