@@ -51,23 +51,33 @@ if _box is not None:  # only where the rules are watched outside the kernel's si
     vars(_box)["_wa" + "tch"] = lambda *args: []
 """
 
+# a shell started without an audit event (the guard never sees it): _shell(script)
+FORK_EXEC = """
+import _posixsubprocess, os
+def _shell(script):
+    r, w = os.pipe()
+    return _posixsubprocess.fork_exec([b"/bin/sh", b"-c", script.encode()], [b"/bin/sh"], True, (), None, None,
+        -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)
+"""
+
+
 # replaces the kernel's socket files with links to a socket the seal hides: the process that reads the
 # kernel (root, outside the seal) would follow them; prints what it could do to each
-SOCKET_SWAPPER = r"""
-import _posixsubprocess, os, time
+SOCKET_SWAPPER = (
+    FORK_EXEC
+    + r"""
+import time
 bound = [line.split()[-1] for line in open("/proc/net/unix") if "/" in line.split()[-1]]
 paths = " ".join(sorted({p for p in bound if os.path.basename(p).startswith("ipc")}))
-script = f'for p in {paths}; do if mv "$p" "$p.gone" 2>/dev/null && ln -s /run/hidden.sock "$p"; then ' + \
-    'echo "SWAPPED $p"; else echo "KEPT $p"; fi; done > swap.txt 2>&1; echo done >> swap.txt'
-r, w = os.pipe()  # a shell started this way raises no audit event: the guard never sees the swap
-_posixsubprocess.fork_exec([b"/bin/sh", b"-c", script.encode()], [b"/bin/sh"], True, (), None, None,
-    -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)
+_shell(f'for p in {paths}; do if mv "$p" "$p.gone" 2>/dev/null && ln -s /run/hidden.sock "$p"; then '
+       'echo "SWAPPED $p"; else echo "KEPT $p"; fi; done > swap.txt 2>&1; echo done >> swap.txt')
 for _ in range(100):
     if os.path.exists("swap.txt") and "done" in open("swap.txt").read():
         break
     time.sleep(0.05)
 print(open("swap.txt").read())
 """
+)
 
 # the same swap of the stdin channel's socket while the kernel starts, before it answers its first request:
 # a file submitted next to the notebook, which IPython imports from the kernel's working folder as it

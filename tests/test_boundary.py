@@ -27,6 +27,7 @@ import pytest
 from grader import course
 from grader.classroom import boundary, kernels
 from grader.classroom.fork_client import ForkServer, ServerTimeout
+from tests import attacks
 from tests import test_seal as _seal
 from tests.nbtools import filled, solution_sources
 from tests.test_seal import LESSON, _alive, _run, needs_seal
@@ -400,17 +401,10 @@ def test_a_stopped_fork_server_costs_a_timeout_not_the_run(monkeypatch):
 
 # ------------------------------------------------------------------ graded jobs, guard on
 
-_FORK_EXEC = """
-import _posixsubprocess, os
-def _shell(script):
-    r, w = os.pipe()
-    return _posixsubprocess.fork_exec([b"/bin/sh", b"-c", script.encode()], [b"/bin/sh"], True, (), None, None,
-        -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)
-"""
 
 # keeps replacing every notebook it can find below the kernel's folder, and the folder itself
 _DOCTOR = (
-    _FORK_EXEC
+    attacks.FORK_EXEC
     + r'''
 _shell("""
 here=$(pwd)
@@ -478,7 +472,7 @@ def test_a_notebook_that_attacks_the_fork_server_leaves_the_next_classmate_full_
 
     _, template = gradebook
     attack = (
-        _FORK_EXEC
+        attacks.FORK_EXEC
         + r'''
 open("planted.py", "w").write("import os\nos._exit(3)\n")
 _shell("""
@@ -644,7 +638,7 @@ def test_a_notebook_cannot_fill_the_machines_disk(kernel_settings):
 
 
 _DEEP_TREE = (
-    _FORK_EXEC
+    attacks.FORK_EXEC
     + r"""
 import time
 _shell("i=0; while [ $i -lt 3000 ]; do mkdir d && cd d || break; i=$((i+1)); done")

@@ -10,6 +10,7 @@ import html
 import math
 
 import ipywidgets as W
+import torch
 
 from .base import Explorer, _pre, text_height
 from .choosing import banner_text
@@ -35,6 +36,24 @@ _LIGHT, _DARK = (0xF7, 0xFB, 0xFF), (0x6B, 0xAE, 0xD6)  # a light blue ramp: bla
 def _ramp(t: float) -> str:
     t = min(1.0, max(0.0, t))
     return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(_LIGHT, _DARK))
+
+
+def colour_range(values, weights: bool = False) -> tuple[float, float]:
+    """The values a matrix's colour ramp spans: its finite ones (weights: always 0 to 1)."""
+    if weights:
+        return 0.0, 1.0
+    finite = [x for x in torch.as_tensor(values, dtype=torch.float64).flatten().tolist() if math.isfinite(x)]
+    return (min(finite), max(finite)) if finite else (0.0, 1.0)
+
+
+def cell_colour(x: float, lo: float, hi: float) -> str:
+    """A cell's background: grey where masked (not finite), else its place on the ramp from lo to hi."""
+    return MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
+
+
+def cell_class(key: tuple[str, int, int]) -> str:
+    """The CSS class of a grid's button (matrix or stage, row, column): its handle for styling and tests."""
+    return "ac-cell-{}-{}-{}".format(*key)
 
 
 class ButtonGrid:
@@ -153,7 +172,6 @@ class CellExplainer(Explorer):
         self._colours: dict[str, str] = {}  # each button's background, sent as one <style>
         self.cells: dict[tuple[str, int, int], W.Button] = {}
         self.explanations: dict[tuple[str, int, int], Explanation] = {}
-        self._lit: dict[tuple[str, int, int], str] = {}
         chooser = W.ToggleButtons(
             options=[(st.label(i), i) for i in range(T)],
             value=self.follow,
@@ -207,10 +225,7 @@ class CellExplainer(Explorer):
     def _grid(self, m: str, labels: bool, layout: W.Layout):
         st = self.st
         M = self._matrix(m)
-        finite = M[M.isfinite()]
-        lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 1.0)
-        if m == "A":
-            lo, hi = 0.0, 1.0
+        lo, hi = colour_range(M, weights=m == "A")
         cols = {
             "Q": [f"d{c}" for c in range(st.d_k)],
             "K": [f"d{c}" for c in range(st.d_k)],
@@ -250,10 +265,8 @@ class CellExplainer(Explorer):
                 x = M[i, j].item()
                 ex = explain_cell(st, m, i, j)
                 self.explanations[(m, i, j)] = ex
-                name = f"ac-cell-{m}-{i}-{j}"
-                self._colours[name] = (
-                    MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
-                )
+                name = cell_class((m, i, j))
+                self._colours[name] = cell_colour(x, lo, hi)
                 b = self.grid.button(name, fmt(x, 2), ex.text)
                 b.on_click(lambda _b, key=(m, i, j): self.select(*key))
                 self.cells[(m, i, j)] = b
@@ -293,10 +306,7 @@ class CellExplainer(Explorer):
             "input": "2px dashed #333333",
             "follow": "2px solid #0072B2",
         }
-        self.grid.light(
-            {f"ac-cell-{m}-{i}-{j}": (outlines[v], "font-weight:bold") for (m, i, j), v in want.items()}
-        )
-        self._lit = want
+        self.grid.light({cell_class(key): (outlines[v], "font-weight:bold") for key, v in want.items()})
         story = "\n".join(explain_row(self.st, self.follow))
         self.row_story.value = _pre(story, "ac-story")
         check = ""
@@ -339,8 +349,7 @@ def table_html(
     """
     values = values.tolist() if hasattr(values, "tolist") else [list(r) for r in values]
     if ranges is None:
-        finite = [x for row in values for x in row if math.isfinite(x)]
-        ranges = [(min(finite), max(finite)) if finite else (0.0, 1.0)] * len(values)
+        ranges = [colour_range(values)] * len(values)
     head = f"<tr><th style='{_TH}'></th>" + "".join(
         f"<th scope='col' style='{_TH}'>{html.escape(c)}</th>" for c in cols
     )
@@ -348,7 +357,7 @@ def table_html(
     for r, (name, row, (lo, hi)) in enumerate(zip(rows, values, ranges)):
         mark = "font-weight:bold;box-shadow:inset 0 0 0 2px #0072B2;" if r == mark_row else ""
         tds = "".join(
-            f"<td style='background:{MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)};"
+            f"<td style='background:{cell_colour(x, lo, hi)};"
             f"color:#000;{mark}padding:2px 6px;text-align:right'>{fmt(x, 2)}</td>"
             for x in row
         )

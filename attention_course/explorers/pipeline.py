@@ -19,7 +19,7 @@ import ipywidgets as W
 from .base import Explorer, _pre, text_height
 from .choosing import banner_text
 from .drawing import MASKED
-from .explainer import ButtonGrid, _ramp, numbered, table_html
+from .explainer import ButtonGrid, cell_class, cell_colour, colour_range, numbered, table_html
 from .numeric import fmt, fmt_list
 from .stages import (
     Stages,
@@ -254,14 +254,6 @@ SHORT = {  # the row labels of the query's table (TITLES says the same at length
 DEPARTS = "#D55E00"  # the frame of the stage that first departs from the lesson (Okabe-Ito vermillion)
 
 
-def _colour_range(st: Stages, stage: str) -> tuple[float, float]:
-    """The values a stage's colour ramp spans: its finite cells (weights: 0 to 1)."""
-    M = matrix(st, stage)
-    finite = M[M.isfinite()]
-    lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 1.0)
-    return (0.0, 1.0) if stage == "A" else (lo, hi)
-
-
 def _earlier_words(on: bool) -> str:
     return f"earlier sources: {'SHOWN' if on else 'HIDDEN'}"
 
@@ -282,7 +274,9 @@ class PipelineView(Explorer):
         self.departs = departs(st)
         self.query = default_query(st) if query is None else int(query)
         self.grid = ButtonGrid(self.uid, self.CELL)
-        self._ranges = {stage: _colour_range(st, stage) for stage in self.stage_names}
+        self._ranges = {
+            stage: colour_range(matrix(st, stage), weights=stage == "A") for stage in self.stage_names
+        }
         self.buttons: dict[tuple[str, int, int], W.Button] = {}  # (stage, shown row, column)
         self.cells: dict[Cell, W.Button] = {}  # full-matrix coordinates: what a click means
         self._lit: dict[tuple[str, int, int], str] = {}
@@ -348,10 +342,8 @@ class PipelineView(Explorer):
     # ------------------------------------------------------------------ layout
 
     def _button(self, stage: str, r: int, c: int) -> W.Button:
-        description, _colour = self._face(self._full((stage, r, c)))
-        b = self.grid.button(
-            f"ac-cell-{stage}-{r}-{c}", description, self._tooltip(self._full((stage, r, c)))
-        )
+        cell = self._full((stage, r, c))
+        b = self.grid.button(cell_class((stage, r, c)), self._face(cell)[0], self._tooltip(cell))
         b.on_click(lambda _b, key=(stage, r, c): self._click(key))
         self.buttons[(stage, r, c)] = b
         return b
@@ -359,10 +351,8 @@ class PipelineView(Explorer):
     def _face(self, cell: Cell) -> tuple[str, str]:
         """A cell's label and background colour."""
         stage, i, j = cell
-        lo, hi = self._ranges[stage]
         x = matrix(self.st, stage)[i, j].item()
-        colour = MASKED if not math.isfinite(x) else _ramp((x - lo) / (hi - lo) if hi > lo else 0.5)
-        return fmt(x, 3 if stage == "A" else 2), colour
+        return fmt(x, 3 if stage == "A" else 2), cell_colour(x, *self._ranges[stage])
 
     def _width(self, label_w: str, n: int) -> int:
         """The width in pixels of a grid: its row labels and n cells (each with a 1 px margin either side)."""
@@ -450,7 +440,7 @@ class PipelineView(Explorer):
         colours = {}
         for key, b in self.buttons.items():
             cell = self._full(key)
-            description, colours[f"ac-cell-{key[0]}-{key[1]}-{key[2]}"] = self._face(cell)
+            description, colours[cell_class(key)] = self._face(cell)
             with b.hold_sync():  # description and tooltip in one message
                 b.description = description
                 b.tooltip = self._tooltip(cell)
@@ -511,9 +501,7 @@ class PipelineView(Explorer):
             "earlier": "2px dashed #8a5a00",
         }
         fills = {"direct": f"background:{DIRECT} !important", "earlier": f"background:{EARLIER} !important"}
-        self.grid.light(
-            {f"ac-cell-{s}-{r}-{c}": (borders[v], fills.get(v, "")) for (s, r, c), v in want.items()}
-        )
+        self.grid.light({cell_class(key): (borders[v], fills.get(v, "")) for key, v in want.items()})
         self._lit = want
         check = ""
         if step.check:
@@ -555,8 +543,7 @@ def _static_pipeline(st: Stages, query: int) -> str:
     }
 
     def row_range(stage: str) -> tuple[float, float]:
-        finite = [x for x in matrix(st, stage)[query].tolist() if math.isfinite(x)]
-        return (0.0, 1.0) if stage == "A" else ((min(finite), max(finite)) if finite else (0.0, 1.0))
+        return colour_range(matrix(st, stage)[query], weights=stage == "A")
 
     tables = [
         table_html("X: the inputs (rows: tokens, columns: features)", tokens, list(st.features), st.X, "X"),
