@@ -4,15 +4,17 @@ These compare against the numbers printed in the lessons; the hidden tests go
 further (random, batched inputs on every device). In a student's session a failed
 check reports and goes on (``diagnosed``), and so does a lesson's example cell that
 runs the student's functions (``demo``); ``where_you_stand`` sums up what ran.
-``expect_dtype_follows`` and ``expect_inputs_unchanged`` check, on the lesson's own
-inputs, the two rules the hidden checks hold every function to: results keep the
-inputs' dtype, and inputs are never changed in place.
+``expect_dtype_follows``, ``expect_device_follows`` and ``expect_inputs_unchanged``
+check, on the lesson's own inputs, the rules the hidden checks hold every function
+to: results keep the inputs' dtype and device, and inputs are never changed in place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import io
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ import torch
 from attention_course.diagnosis import (
     BOX_WIDTH,
     CHECKS,
+    DeviceNotFollowed,
     _codes,
     _where_raised,
     _wrapped,
@@ -35,6 +38,7 @@ count_flops_without_compiler_imports()  # lesson 09's FlopCounterMode: a second 
 __all__ = [
     "demo",
     "diagnosed",
+    "expect_device_follows",
     "expect_dtype_follows",
     "expect_inputs_unchanged",
     "expect_shape",
@@ -120,6 +124,74 @@ def expect_dtype_follows(fn: Callable, *args: Any, **kwargs: Any) -> None:
                     f"{_name(fn)} returned a {got} tensor for {want} inputs: results keep the dtype of the "
                     f"inputs (no .double() or .float(), no new tensor without dtype=)."
                 )
+
+
+def _on_meta(x: Any) -> Any:
+    """x with every tensor in it moved to PyTorch's 'meta' device (shapes and dtypes, no data)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("meta")
+    if isinstance(x, dict):
+        return {k: _on_meta(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_on_meta(v) for v in x)
+    return x
+
+
+# PyTorch's words when one operation gets tensors of two devices (on 'meta', and on a GPU)
+_MIXED = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+def expect_device_follows(fn: Callable, *args: Any, **kwargs: Any) -> None:
+    """In a student's session: fn's results must be on the device of its inputs (or the ``device=`` it is
+    given), tried on PyTorch's 'meta' device so that it shows on a machine with no GPU.
+
+    Every tensor argument is moved to 'meta' and a ``device=`` argument becomes 'meta'; a result on the
+    CPU, or PyTorch refusing to mix the two devices, fails with DeviceNotFollowed. A function that cannot
+    run on 'meta' for another reason (``.item()``, ``int(t)``, printing values: 'meta' holds no data) is
+    not judged here. While a notebook is graded this does nothing: the hidden checks try the grader's
+    own GPU where it has one.
+    """
+    if graded():
+        return
+    margs, mkwargs = _on_meta(args), _on_meta(kwargs)
+    if "device" in mkwargs:
+        mkwargs["device"] = "meta"
+    call = _call_words(fn, margs, mkwargs)
+    quiet = io.StringIO()  # what it prints of 'meta' tensors ("tensor(..., device='meta')") is not shown
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = fn(*margs, **mkwargs)
+    except RuntimeError as error:  # NotImplementedError too: 'meta' cannot give a value out
+        said = str(error).splitlines()[0] if str(error) else ""
+        if any(words in said for words in _MIXED):
+            raise DeviceNotFollowed(
+                f"{call}, with its inputs on the 'meta' device, mixed two devices: PyTorch says "
+                f'"{said}". A tensor made inside it without device= lives on the CPU. Make new tensors on '
+                "the device of the inputs (device=X.device, torch.zeros_like(X)) or on the device= given."
+            ) from None
+        return
+    except Exception:  # noqa: BLE001 - any other failure on 'meta' is not a device mistake
+        return
+    for t in _tensors(result):
+        if t.device.type != "meta":
+            raise DeviceNotFollowed(
+                f"{call}, with its inputs on the 'meta' device, returned a tensor on "
+                f"{t.device.type}: the result was made on the wrong device. Make new tensors on the device "
+                "of the inputs (device=X.device, torch.zeros_like(X)) or on the device= given."
+            )
+
+
+def _call_words(fn: Callable, args: tuple, kwargs: dict) -> str:
+    """ "causal_mask(3, device='meta')": a call in words, each tensor shown by its shape and device."""
+
+    def word(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"<{tuple(v.shape)} tensor on {v.device.type}>"
+        return "..." if isinstance(v, (dict, list, tuple)) else repr(v)
+
+    given = [word(a) for a in args] + [f"{k}={word(v)}" for k, v in kwargs.items()]
+    return f"{_name(fn)}({', '.join(given)})"
 
 
 def expect_inputs_unchanged(fn: Callable, *args: Any, **kwargs: Any) -> Any:

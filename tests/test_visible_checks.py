@@ -705,3 +705,118 @@ def test_the_rule_helpers_say_which_dtype_and_which_argument():
     )
     with pytest.raises(AssertionError, match="apply_mask changed its argument `S` in place"):
         expect_inputs_unchanged(apply_mask, A.clone(), ~allowed)
+
+
+# a function with the right numbers on the CPU that makes its result on the CPU whatever the device of its
+# inputs: (lesson, answers, the check that fails, words of its message, the other checks, which pass)
+DEVICES = [
+    (
+        "04_masking",
+        {
+            "ex04_causal_mask": "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril()\n"
+        },
+        "test04_causal_mask_hidden",
+        "causal_mask(3, device='meta'), with its inputs on the 'meta' device, returned a tensor on cpu: the "
+        "result was made on the wrong device",
+        ["test04_causal_mask_shape", "test04_causal_mask_values"],
+    ),
+    (
+        "04_masking",
+        {
+            "ex04_padding_mask": "def padding_mask(lengths, T):\n"
+            "    return (torch.arange(T)[None, :] < lengths[:, None])[:, None, :]\n"
+        },
+        "test04_padding_mask_hidden",
+        'mixed two devices: PyTorch says "Tensor on device meta is not on the expected device cpu!"',
+        ["test04_padding_mask_shape", "test04_padding_mask_values"],
+    ),
+    (
+        "06_mixing",
+        {
+            "ex06_mix": _code("""
+                def mix(A, V):
+                    out = torch.zeros(*A.shape[:-1], V.shape[-1], dtype=V.dtype)    # on the CPU, always
+                    for j in range(V.shape[-2]):
+                        out = out + A[..., :, j:j + 1] * V[..., j:j + 1, :]
+                    return out
+            """)
+        },
+        "test06_mix_hidden",
+        "mix(<(3, 3) tensor on meta>, <(3, 3) tensor on meta>), with its inputs on the 'meta' device, "
+        "mixed two devices",
+        ["test06_mix_shapes", "test06_mix_values"],
+    ),
+    (
+        "11_cost",
+        {
+            "ex11_tiled_attention": solution_sources("11_cost")["ex11_tiled_attention"].replace(
+                'float("-inf"), dtype=Q.dtype, device=Q.device)', 'float("-inf"), dtype=Q.dtype)'
+            )
+        },
+        "test11_tiled_attention_hidden",
+        "tiled_attention(<(10, 4) tensor on meta>, <(10, 4) tensor on meta>, <(10, 4) tensor on meta>, 3), "
+        "with its inputs on the 'meta' device, mixed two devices",
+        ["test11_tiled_attention_small", "test11_tiled_attention_sdpa"],
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "lesson, answers, check, words, others", DEVICES, ids=[next(iter(d[1])) for d in DEVICES]
+)
+def test_a_result_made_on_the_wrong_device_fails_a_visible_check_on_any_machine(
+    lesson, answers, check, words, others, monkeypatch
+):
+    """Right numbers on the CPU, the result made on the CPU whatever the inputs' device: with no GPU, the
+    visible check of the hidden cell tries the function on PyTorch's 'meta' device and says so; the other
+    checks of the function pass. (Graded, the hidden checks try the grader's GPU, where there is one.)"""
+    assert answers != {k: solution_sources(lesson)[k] for k in answers}, "the mistake was not put in"
+    nb = _run(lesson, answers, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    name = next(iter(answers)).split("_", 1)[1]
+    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
+    assert f"FAILED: this check of `{name}`" in flat and words in flat, f"{lesson}:{check}:\n{flat}"
+    assert f"Graded on a machine with a GPU, the hidden check of `{name}` fails on this." in flat, flat
+    assert "Diagnosis" not in flat, flat  # on the CPU its numbers are right: no other mistake is named
+    for other in others:
+        assert "FAILED" not in _stdout(_cell(nb, other)), f"{lesson}:{other}:\n{_stdout(_cell(nb, other))}"
+    assert (
+        f"[ ] `{name}`: FAILED: 2 of 3 checks pass; the first failure says: the result was made on the wrong "
+        in (" ".join(_summary(nb).split()))
+    ), _summary(nb)
+
+
+def test_the_device_helper_judges_only_what_meta_can_show(session, capsys, monkeypatch):
+    """Loops that read values (int(t), .item(), printing) cannot run on 'meta' and are not judged; what such
+    a function prints of a 'meta' tensor is not shown; a tensor made on the CPU is named; graded, nothing
+    is tried (a CPU-only grader keeps a CPU-made result's points, as tests/test_lesson04.py's ON_A_GPU says)."""
+    import torch
+
+    from attention_course.checks import expect_device_follows
+    from attention_course.diagnosis import DeviceNotFollowed
+
+    lengths = torch.tensor([2, 1])
+
+    def loop_padding(lengths, T):
+        print("lengths:", lengths)
+        rows = [[[t < int(lengths[b]) for t in range(T)]] for b in range(lengths.shape[0])]
+        return torch.tensor(rows, device=lengths.device)
+
+    def where_with_a_scalar(S, allowed):
+        return torch.where(allowed, S, torch.tensor(float("-inf")))  # a 0-dim CPU tensor: fine on any device
+
+    def on_the_cpu(S, allowed):
+        return torch.where(allowed, S, float("-inf")) + torch.zeros(
+            S.shape[-1]
+        )  # the zeros: on the CPU, always
+
+    expect_device_follows(loop_padding, lengths, 3)
+    expect_device_follows(where_with_a_scalar, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+    assert capsys.readouterr().out == "", "what the function printed of a 'meta' tensor was shown"
+    with pytest.raises(
+        DeviceNotFollowed, match=r"on_the_cpu\(<\(2, 3\) tensor on meta>, <\(2, 3\) tensor on meta>\)"
+    ):
+        expect_device_follows(on_the_cpu, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    expect_device_follows(on_the_cpu, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
