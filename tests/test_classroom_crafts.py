@@ -86,7 +86,7 @@ def test_a_huge_print_leaves_a_small_notebook_and_feedback_page(crafted):
     assert "output cut: 4.7 MB not shown" in feedback.page_text(path.read_text())
 
 
-def test_export_flags_a_gradebook_row_changed_behind_the_tool(crafted, tmp_path):
+def test_export_reports_and_names_a_gradebook_row_changed_by_hand(crafted, tmp_path):
     student = "x01_test_to_answer"
     db = course.work_dir() / "gradebook.db"
     hidden = (
@@ -103,10 +103,10 @@ def test_export_flags_a_gradebook_row_changed_behind_the_tool(crafted, tmp_path)
             con.execute(f"UPDATE grade SET manual_score = NULL WHERE {hidden}", (student, spec.L1))
     rep = paths.pop("report_data")
     rows = {r["student_id"]: r for r in csv.DictReader(paths["grades"].open())}
-    assert rows[student]["raw_score"] == "1.0"  # the tool's grade, not the edited 5
-    assert rows[student]["gradebook_check"] == "gradebook differs: test01_project_hidden: 4 (tool: 0)"
+    assert rows[student]["raw_score"] == "5.0"  # the gradebook's: the instructor decides there
+    assert rows[student]["gradebook_check"] == "changed by hand: test01_project_hidden: 4 (tool: 0)"
     assert any(p["student"] == student for p in rep.gradebook)
-    assert f"| {student} | {spec.L1} | gradebook differs" in paths["report"].read_text()
+    assert f"| {student} | {spec.L1} | changed by hand" in paths["report"].read_text()
     for case in CASES:
         if case.student != student:
             assert rows[case.student]["gradebook_check"] == "", rows[case.student]

@@ -634,7 +634,7 @@ def _gradebook_with(work: Path, scores: dict[str, dict[str, float]]) -> None:
             gb.db.commit()
 
 
-def test_export_reports_the_tools_grades_and_flags_a_tampered_gradebook(tmp_path, monkeypatch):
+def test_export_reports_the_tools_grades_and_names_what_was_changed_by_hand(tmp_path, monkeypatch):
     import csv as csv_module
     import sqlite3
 
@@ -668,7 +668,7 @@ def test_export_reports_the_tools_grades_and_flags_a_tampered_gradebook(tmp_path
     (failed,) = grading.load_records(["01_projection"])
     assert (failed["student"], failed["status"], failed["max_score"]) == ("carl", "grading failed", 7)
     records.append({**failed, "max_score": 6})
-    # someone gives ada the hidden check's points in the database
+    # the instructor gives ada the hidden check's points in the gradebook (as the formgrader writes them)
     with sqlite3.connect(work / "gradebook.db") as db:
         db.execute(
             "UPDATE grade SET manual_score = 4 WHERE cell_id IN (SELECT id FROM base_cell WHERE name = 't2') "
@@ -677,8 +677,8 @@ def test_export_reports_the_tools_grades_and_flags_a_tampered_gradebook(tmp_path
         )
     path, problems = report.grades_csv(tmp_path / "grades.csv", records)
     by_student = {r["student_id"]: r for r in csv_module.DictReader(path.open())}
-    assert by_student["ada"]["raw_score"] == "2.0"  # the tool's value, not the gradebook's 6
-    assert by_student["ada"]["gradebook_check"] == "gradebook differs: t2: 4 (tool: 0)"
+    assert by_student["ada"]["raw_score"] == "6.0"  # the gradebook's: the instructor decides there
+    assert by_student["ada"]["gradebook_check"] == "changed by hand: t2: 4 (tool: 0)"
     assert by_student["bob"]["gradebook_check"] == "" and by_student["bob"]["score"] == "6.0"
     assert (
         by_student["eve"]["score"] == ""
@@ -689,7 +689,7 @@ def test_export_reports_the_tools_grades_and_flags_a_tampered_gradebook(tmp_path
     rep = report.build(records)
     rep.gradebook = problems
     md = report.markdown(rep)
-    assert "## Gradebook check" in md and "| ada | 01_projection | gradebook differs: t2: 4 (tool: 0) |" in md
+    assert "## Gradebook check" in md and "| ada | 01_projection | changed by hand: t2: 4 (tool: 0) |" in md
 
 
 def test_the_scans_graded_names_are_the_registrys_exercises():

@@ -33,6 +33,7 @@ L1, L2 = "01_projection", "02_scoring"
 COURSE_ID = "attention-step-by-step"
 HAND, LMS, EXCHANGE = "habits_hand", "habitslms", "habits_exchange"
 SECRET = "ab12" * 32  # what `nbgrader submit` writes: 128 hex digits
+COMMENT = "Right shapes; the hidden check wanted float64 kept: see lesson 01, section 4."
 
 
 def _notebook() -> bytes:
@@ -199,3 +200,96 @@ def test_the_exchange_round_trip_from_release_to_fetched_feedback(tmp_path):
     (page,) = list((home / L1 / "feedback").rglob(f"{L1}.html"))
     text = feedback.page_text(page.read_text())
     assert "Your results: 7 / 7 points" in text, text[:2000]
+
+
+def _in_work(work: Path):
+    """ATTENTION_COURSE_WORK set to ``work`` while the block runs (as the course's commands read it)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+        old = os.environ.get("ATTENTION_COURSE_WORK")
+        os.environ["ATTENTION_COURSE_WORK"] = str(work)
+        try:
+            yield
+        finally:
+            if old is None:
+                del os.environ["ATTENTION_COURSE_WORK"]
+            else:
+                os.environ["ATTENTION_COURSE_WORK"] = old
+
+    return scope()
+
+
+def test_a_score_and_a_late_penalty_set_by_hand_are_what_every_export_and_the_feedback_report(
+    graded, tmp_path
+):
+    """The formgrader's way, through nbgrader's API: 1.5 of 4 on a hidden check that earned 4, and a late
+    penalty of 2, and a comment on the answer. grades.csv, nbgrader's own export, the LMS files, the
+    per-check table and the feedback page all report them; the report says "changed by hand" and what
+    changed."""
+    from nbgrader.api import Gradebook
+
+    from grader.classroom.grades import gradebook_url
+
+    hidden = "test01_project_hidden"
+    with _in_work(graded):
+        url = gradebook_url()
+    with Gradebook(url) as gb:
+        grade = gb.find_grade(hidden, L1, L1, HAND)
+        assert (grade.auto_score, grade.manual_score) == (4.0, None)
+        grade.manual_score = 1.5
+        gb.find_comment("ex01_project", L1, L1, HAND).manual_comment = COMMENT
+        gb.find_submission_notebook(L1, L1, HAND).late_submission_penalty = 2.0
+        gb.db.commit()
+    try:
+        rows = _export(graded, tmp_path / "report")
+        mine = rows[(L1, HAND)]
+        assert (mine["raw_score"], mine["late_submission_penalty"], mine["score"]) == ("4.5", "2.0", "2.5"), (
+            mine
+        )
+        assert (
+            mine["gradebook_check"] == f"changed by hand: {hidden}: 1.5 (tool: 4); late penalty 2 (tool: 0)"
+        )
+        for other in (LMS, EXCHANGE):
+            assert (rows[(L1, other)]["score"], rows[(L1, other)]["gradebook_check"]) == ("7.0", "")
+        out = tmp_path / "report"
+        report_md = (out / "class_report.md").read_text()
+        assert (
+            f"| {HAND} | {L1} | changed by hand: {hidden}: 1.5 (tool: 4); late penalty 2 (tool: 0) |"
+            in report_md
+        )
+        canvas = {r["Student"] or r["ID"]: r for r in csv.DictReader((out / "canvas_import.csv").open())}
+        moodle = {r["Username"]: r for r in csv.DictReader((out / "moodle_import.csv").open())}
+        assert moodle[HAND][L1] == "2.5" and moodle[LMS][L1] == "7", moodle
+        assert any(r[L1] == "2.5" for r in canvas.values()), canvas
+        checks = {
+            (r["student"], r["check"]): r["score"]
+            for r in csv.DictReader((out / "exercise_scores.csv").open())
+        }
+        assert checks[(HAND, hidden)] == "1.5" and checks[(LMS, hidden)] == "4.0", checks
+        # nbgrader's own export says the same
+        theirs = tmp_path / "nbgrader_grades.csv"
+        run = _nbgrader(graded, "export", f"--to={theirs}")
+        assert run.returncode == 0, run.stderr[-3000:]
+        plain = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(theirs.open())}
+        assert float(plain[(L1, HAND)]["raw_score"]) == 4.5 and float(plain[(L1, HAND)]["score"]) == 2.5
+        # the course tool's feedback page
+        shutil.rmtree(graded / "feedback", ignore_errors=True)
+        with _in_work(graded):
+            pages = feedback.generate([L1], [HAND], workers=1, progress=False)
+        assert [p["student"] for p in pages if "path" in p] == [HAND], pages
+        text = " ".join(
+            feedback.page_text((graded / "feedback" / HAND / L1 / f"{L1}.html").read_text()).split()
+        )
+        assert "Your results: 4.5 / 7 points" in text, text[:2000]
+        assert "Late penalty: 2 points off, for a score of 2.5." in text, text[:2000]
+        assert f"{hidden} 1.5 / 4 (set by your instructor) not yet" in text, text[:2000]
+        assert COMMENT in text, text
+    finally:
+        with Gradebook(url) as gb:
+            gb.find_grade(hidden, L1, L1, HAND).manual_score = None
+            gb.find_comment("ex01_project", L1, L1, HAND).manual_comment = None
+            gb.find_submission_notebook(L1, L1, HAND).late_submission_penalty = None
+            gb.db.commit()
+        shutil.rmtree(graded / "feedback", ignore_errors=True)

@@ -207,6 +207,8 @@ class ResultsSummary(NbGraderPreprocessor):
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         rows = []
         earned = total = 0.0
+        record = _record(resources)
+        tool = {c.get("grade_id"): c.get("score") for c in record.get("cells", [])}
         for cell in nb.cells:
             if not _is_grade(cell):
                 continue
@@ -217,8 +219,15 @@ class ResultsSummary(NbGraderPreprocessor):
             earned += score
             total += points
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            if score >= points and not errors:
-                rows.append((meta["grade_id"], f"{score:g} / {points:g}", "passed", ""))
+            pts = f"{score:g} / {points:g}"
+            by_hand = tool.get(meta["grade_id"]) not in (None, score)  # the gradebook's: the instructor's
+            if by_hand:
+                pts += " (set by your instructor)"
+            if score >= points and (by_hand or not errors):
+                rows.append((meta["grade_id"], pts, "passed", ""))
+                continue
+            if by_hand and not errors:  # the code passed; the instructor's comment, if any, is in the cell
+                rows.append((meta["grade_id"], pts, "not yet", ""))
                 continue
             message = f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}" if errors else "failed"
             what, diagnosis = _first_lines(str(errors[0].get("evalue", "")) if errors else "")
@@ -228,11 +237,17 @@ class ResultsSummary(NbGraderPreprocessor):
             fix = escape.md_html(what)
             if diagnosis:
                 fix += f"<br><b>Diagnosis:</b> {escape.md_html(diagnosis)}"
-            rows.append((meta["grade_id"], f"{score:g} / {points:g}", "not yet", fix))
+            rows.append((meta["grade_id"], pts, "not yet", fix))
         if not rows:
             return nb, resources
-        status = _record(resources).get("status")
+        status = record.get("status")
         lines = [f"## Your results: {earned:g} / {total:g} points", ""]
+        penalty = float(resources.get("nbgrader", {}).get("late_penalty") or 0)
+        if penalty:
+            lines += [
+                f"**Late penalty:** {penalty:g} points off, for a score of {max(0.0, earned - penalty):g}.",
+                "",
+            ]
         if status in STATUS_NOTES:
             lines += [f"**Note:** {STATUS_NOTES[status]}", ""]
         lines += ["| check | points | result | what to fix |", "|---|---|---|---|"]

@@ -15,7 +15,8 @@ Written by ``python -m grader export`` beside grades.csv (``--roster`` names the
 
 A lesson a student never submitted is blank (an LMS then keeps what it had), unless its due date
 in the gradebook has passed: then it is 0. A submission that could not be graded is blank too and
-listed by the class report. Scores are the grading records' (late penalties taken off).
+listed by the class report. Scores are the grading records' with the instructor's changes in the
+gradebook (manual scores, extra credit, late penalties: ``report.as_decided``), late penalties taken off.
 """
 
 from __future__ import annotations

@@ -208,8 +208,9 @@ def markdown(rep: ClassReport, chart_name: str = "class_report.png") -> str:
     out += ["", "## Gradebook check", ""]
     if rep.gradebook:
         out.append(
-            "The gradebook disagrees with the grading records here; `grades.csv` reports the records' "
-            "values and names each row in its `gradebook_check` column."
+            "The gradebook disagrees with the grading records here. A grade changed by hand (in the "
+            "formgrader or with nbgrader's commands) is what every export and feedback page reports; "
+            "`grades.csv` names each row in its `gradebook_check` column."
         )
         out.append("")
         out += ["| student | lesson | what differs |", "|---|---|---|"]
@@ -273,8 +274,10 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
     """Grade rows from the tool's records, each checked against the gradebook; and the disagreements.
 
     Every lesson the gradebook knows x every student it knows or the records name: the tool's
-    values where it graded the submission; a row it did not write is listed without a score, and so
-    is a lesson the student never submitted (blank, where ``nbgrader export`` writes 0).
+    values where it graded the submission, unless the instructor changed them in the gradebook (a
+    manual score, extra credit or a late penalty, from the formgrader or nbgrader's commands): then
+    the gradebook's, listed as "changed by hand". A row the tool did not write is listed without a
+    score, and so is a lesson the student never submitted (blank, where ``nbgrader export`` writes 0).
     """
     import warnings
 
@@ -327,8 +330,14 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
                         problem = "missing from the gradebook"
                     else:
                         problem = "; ".join(_differences(record, held))
-                        if problem:
-                            problem = "gradebook differs: " + problem
+                        if problem:  # the instructor decided: the gradebook's values, said to be changed
+                            problem = "changed by hand: " + problem
+                            row.update(
+                                timestamp=held["timestamp"] or "",
+                                raw_score=held["score"],
+                                late_submission_penalty=held["late_penalty"],
+                                score=max(0.0, held["score"] - held["late_penalty"]),
+                            )
                 elif held is not None:
                     row.update(
                         timestamp=held["timestamp"] or "", raw_score="", late_submission_penalty="", score=""
@@ -344,10 +353,35 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
     return rows, problems
 
 
+def as_decided(records: list[dict]) -> list[dict]:
+    """The records with the instructor's changes in the gradebook applied: each check's score (a manual
+    score, with extra credit), the total and the late penalty, where the gradebook holds other values
+    than the tool wrote (``changed_by_hand`` then says what changed). What every export reports."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    warnings.filterwarnings("ignore", module="nbgrader")
+    decided = []
+    with Gradebook(gradebook_url(), course_config().CourseDirectory.get("course_id", "")) as gb:
+        for r in records:
+            held = submission_in_gradebook(gb, r["lesson"], r["student"])
+            changes = _differences(r, held) if held and r.get("status") != "grading failed" else []
+            if changes:
+                cells = [
+                    {**c, "score": held["grades"].get(c["grade_id"], c["score"])} for c in r.get("cells", [])
+                ]
+                r = {**r, "cells": cells, "score": held["score"], "late_penalty": held["late_penalty"]}
+                r["changed_by_hand"] = "; ".join(changes)
+            decided.append(r)
+    return decided
+
+
 def grades_csv(
     path: Path, records: list[dict], only_lessons: list[str] | None = None
 ) -> tuple[Path, list[dict]]:
-    """grades.csv in nbgrader's columns, from the tool's records, checked against the gradebook."""
+    """grades.csv in nbgrader's columns, from the tool's records, checked against the gradebook (where
+    the instructor changed a grade there, the gradebook's value)."""
     rows, problems = verify(records, only_lessons)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
@@ -439,6 +473,7 @@ def export(
     records = grading.load_records(only_lessons)
     rep = build(records)
     grades, rep.gradebook = grades_csv(out_dir / "grades.csv", records, only_lessons)
+    records = as_decided(records)  # every file below reports the instructor's changes in the gradebook
     paths = {"grades": grades}
     paths["chart"] = chart(rep, out_dir / "class_report.png")
     paths["report"] = out_dir / "class_report.md"
