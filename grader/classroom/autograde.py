@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import gradebooks, kernels, lessons, tamper_scan
+from grader.classroom import kernels, lessons, tamper_scan
 from grader.classroom.context import (
     _CONTEXT,
     CouldNotGrade,
@@ -277,9 +277,6 @@ _PRIVATE: dict[str, Path] = {}
 def _private_gradebook() -> Path:
     """Where this process's jobs keep their copy of the gradebook: one path for all of them.
 
-    nbgrader opens a gradebook about ten times per notebook, each time with a new SQLAlchemy engine
-    that compiles every statement afresh (about 50 ms per notebook). With one path, one engine
-    (``gradebooks.reuse_engines``) serves every job of the process, its compiled statements with it.
     The folder is private to this process and denied to student code like the job's own folder
     (``_private_area``). In a local run it lies in the run's own folder, which the run removes
     when it ends (its workers are stopped, with no chance to clean up); elsewhere it goes when
@@ -321,7 +318,6 @@ def _gradebook_with_submission(template: bytes, lesson_id: str) -> bytes:
     if key not in _PREPARED:
         from nbgrader.api import Gradebook
 
-        gradebooks.reuse_engines()
         path = _private_gradebook()
         path.write_bytes(template)
         with Gradebook("sqlite:///" + str(path)) as gb:
@@ -467,7 +463,6 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
         from nbgrader.apps import NbGraderAPI
 
         course.ensure_tools_on_path()
-        gradebooks.reuse_engines()
         cfg = _course_config(root, job.lesson, opts, gradebook)
         _start_early(_as_restored(predicted, lesson), autograded_dir, cfg)
         api = NbGraderAPI(config=cfg)

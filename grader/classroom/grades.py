@@ -142,7 +142,6 @@ def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | N
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
     from nbgrader.utils import parse_utc
 
-    gradebooks.reuse_engines()
     warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
     warnings.filterwarnings("ignore", message=".*not in session.*")
     cfg = course_config()
