@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import kernels, lessons, tamper_scan
+from grader.classroom import grades, kernels, lessons, tamper_scan
 from grader.classroom.context import (
     _CONTEXT,
     CouldNotGrade,
@@ -226,10 +226,7 @@ def _as_restored(nb: Any, lesson: lessons.Lesson) -> Any:
 
 
 def _course_config(root: Path, lesson_id: str, options: Options, gradebook: Path) -> Any:
-    from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
-
-    cfg = Config(PyFileConfigLoader("nbgrader_config.py", path=str(course.ROOT)).load_config())
+    cfg = grades.course_config()
     cd = cfg.CourseDirectory
     cd.root = str(root / "course")
     cd.source_directory = str(course.ROOT / "solutions")

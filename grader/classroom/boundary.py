@@ -22,7 +22,7 @@ student's code where nothing of the server, or of any other notebook, can be rea
   ``ptrace``, ``process_vm_*``, ``open_by_handle_at``, mounts, ``unshare``/``setns`` and
   namespace flags of ``clone``, ``keyctl``, ``bpf``, module loading, ``perf_event_open``,
   ``userfaultfd``, ``io_uring``, ``TIOCSTI``, sockets but local, IP and netlink (no ``AF_VSOCK``: it
-  reaches a virtual machine's host past the network namespace), and the rest of ``seccomp.DENIED``.
+  reaches a virtual machine's host past the network namespace), and the rest of ``seccomp._CALLS``.
 - **limits**: file size (``FILE_LIMIT``), core files off, and for the notebook's user a process
   count (Linux counts it per user, so one notebook's processes never use up another's). Where
   the worker may make cgroups (``make_cgroups``), each child joins one of its own

@@ -82,9 +82,7 @@ def _changes(cell: Any, rel: ReleaseCell) -> list[str]:
     found = []
     if cell.get("cell_type") != rel.cell_type:
         found.append(f"made a {cell.get('cell_type')} cell")
-    if rel.is_test and meta.get("solution"):
-        found.append("turned into an answer cell")
-    elif not rel.solution and meta.get("solution"):
+    if not rel.solution and meta.get("solution"):  # a test cell too
         found.append("turned into an answer cell")
     elif rel.solution and not meta.get("solution"):
         found.append("no longer an answer cell")

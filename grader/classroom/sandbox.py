@@ -140,18 +140,8 @@ def dump(obj: Any) -> bytes:
 
 
 class _Shell:
-    """Stands in for ``get_ipython()``: magics and shell commands do nothing here."""
-
-    def run_line_magic(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def run_cell_magic(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def system(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    getoutput = system
+    """Stands in for ``get_ipython()``: magics and shell commands (run_line_magic, system, ...) do
+    nothing here."""
 
     def __getattr__(self, name: str) -> Any:
         return lambda *a, **k: None

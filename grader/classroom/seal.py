@@ -148,12 +148,6 @@ def unsealed_refusal() -> str | None:
     )
 
 
-def status() -> str:
-    """'sealed', or 'not sealed: <reason>' (what each job result records)."""
-    ok, why = available()
-    return SEALED if ok else f"{NOT_SEALED}: {why}"
-
-
 def _bind_existing(flag: str, path: str, args: list[str], seen: set[str]) -> None:
     p = os.path.abspath(path)
     if p in seen or not os.path.exists(p):

@@ -96,14 +96,13 @@ ARCHES = {
     "x86_64": (0xC000003E, _X86_64, 56, 435, 16, (41, 53)),
     "aarch64": (0xC00000B7, _AARCH64, 220, 435, 29, (198, 199)),
 }
-DENIED = sorted(_X86_64)
 
 
 def seccomp_filter(machine: str | None = None) -> bytes | None:
     """The classic-BPF program (``struct sock_filter[]``) of the notebook's seccomp filter, or
     None on an architecture this module has no numbers for.
 
-    Every call of ``DENIED`` fails with EPERM, as does ``clone`` with a namespace flag and
+    Every call named in ``_CALLS`` fails with EPERM, as does ``clone`` with a namespace flag and
     ``ioctl(TIOCSTI)``; ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot
     read; the C library then falls back to ``clone``); ``socket`` and ``socketpair`` of a family
     or protocol not in ``SOCKETS`` fail with EPERM; calls of another architecture's ABI (x32, i386)

@@ -484,7 +484,8 @@ def export(
         text = text.replace(
             "# Class report\n",
             f"# Class report\n\n**NOT SEALED: {n} submissions were graded without the operating-system seal "
-            f"({'; '.join(escape.md_text(x) for x in loose)}): their code could read the instructor's files.**\n",
+            f"({'; '.join(escape.md_text(x) for x in loose)}): their code could read the instructor's files "
+            f"and write the gradebook, so a grade listed as changed by hand may not be yours.**\n",
             1,
         )
     paths["report"].write_text(text)
