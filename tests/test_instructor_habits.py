@@ -268,6 +268,9 @@ def test_a_score_and_a_late_penalty_set_by_hand_are_what_every_export_and_the_fe
             for r in csv.DictReader((out / "exercise_scores.csv").open())
         }
         assert checks[(HAND, hidden)] == "1.5" and checks[(LMS, hidden)] == "4.0", checks
+        subs = {r["student"]: r for r in csv.DictReader((out / "submissions.csv").open())}
+        assert float(subs[HAND]["score"]) == 4.5 and "changed by hand: " in subs[HAND]["notes"], subs[HAND]
+        assert "changed by hand" not in subs[LMS]["notes"], subs[LMS]
         # nbgrader's own export says the same
         theirs = tmp_path / "nbgrader_grades.csv"
         run = _nbgrader(graded, "export", f"--to={theirs}")

@@ -356,7 +356,7 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
 def as_decided(records: list[dict]) -> list[dict]:
     """The records with the instructor's changes in the gradebook applied: each check's score (a manual
     score, with extra credit), the total and the late penalty, where the gradebook holds other values
-    than the tool wrote (``changed_by_hand`` then says what changed). What every export reports."""
+    than the tool wrote (its notes then say "changed by hand" and what changed). What every export reports."""
     import warnings
 
     from nbgrader.api import Gradebook
@@ -372,7 +372,8 @@ def as_decided(records: list[dict]) -> list[dict]:
                     {**c, "score": held["grades"].get(c["grade_id"], c["score"])} for c in r.get("cells", [])
                 ]
                 r = {**r, "cells": cells, "score": held["score"], "late_penalty": held["late_penalty"]}
-                r["changed_by_hand"] = "; ".join(changes)
+                r["timestamp"] = held["timestamp"] or r.get("timestamp")
+                r["notes"] = [*r.get("notes", []), "changed by hand: " + "; ".join(changes)]
             decided.append(r)
     return decided
 
