@@ -95,15 +95,20 @@ def _tensors(x: Any) -> list[torch.Tensor]:
     return []
 
 
+def _each_tensor(x: Any, change: Callable[[torch.Tensor], Any]) -> Any:
+    """x with ``change`` applied to every tensor in it (tuples, lists and dicts rebuilt; other values kept)."""
+    if isinstance(x, torch.Tensor):
+        return change(x)
+    if isinstance(x, dict):
+        return {k: _each_tensor(v, change) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_each_tensor(v, change) for v in x)
+    return x
+
+
 def _as_float64(x: Any) -> Any:
     """x with every floating tensor in it turned to float64 (other values left as they are)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().double() if x.is_floating_point() else x
-    if isinstance(x, dict):
-        return {k: _as_float64(v) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x)(_as_float64(v) for v in x)
-    return x
+    return _each_tensor(x, lambda t: t.detach().double() if t.is_floating_point() else t)
 
 
 def _name(fn: object) -> str:
@@ -128,13 +133,7 @@ def expect_dtype_follows(fn: Callable, *args: Any, **kwargs: Any) -> None:
 
 def _on_meta(x: Any) -> Any:
     """x with every tensor in it moved to PyTorch's 'meta' device (shapes and dtypes, no data)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().to("meta")
-    if isinstance(x, dict):
-        return {k: _on_meta(v) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x)(_on_meta(v) for v in x)
-    return x
+    return _each_tensor(x, lambda t: t.detach().to("meta"))
 
 
 # PyTorch's words when one operation gets tensors of two devices (on 'meta', and on a GPU)

@@ -9,6 +9,7 @@ the numbers in the exported CSV.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -73,6 +75,20 @@ def graded(tmp_path_factory):
         yield work
 
 
+@contextlib.contextmanager
+def _in_work(work: Path) -> Iterator[None]:
+    """ATTENTION_COURSE_WORK set to ``work`` while the block runs (as the course's commands read it)."""
+    old = os.environ.get("ATTENTION_COURSE_WORK")
+    os.environ["ATTENTION_COURSE_WORK"] = str(work)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["ATTENTION_COURSE_WORK"]
+        else:
+            os.environ["ATTENTION_COURSE_WORK"] = old
+
+
 def _nbgrader(work: Path, *args: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     env = dict(os.environ, PATH=path, ATTENTION_COURSE_WORK=str(work))
@@ -108,15 +124,8 @@ def test_release_feedback_releases_every_page_after_plain_generate_feedback(grad
 
 def test_release_feedback_releases_every_page_made_by_the_course_tool(graded, tmp_path):
     shutil.rmtree(graded / "feedback", ignore_errors=True)
-    old = os.environ.get("ATTENTION_COURSE_WORK")
-    os.environ["ATTENTION_COURSE_WORK"] = str(graded)
-    try:
+    with _in_work(graded):
         pages = feedback.generate([L1], workers=1, progress=False)
-    finally:
-        if old is None:
-            del os.environ["ATTENTION_COURSE_WORK"]
-        else:
-            os.environ["ATTENTION_COURSE_WORK"] = old
     assert sorted(p["student"] for p in pages if "path" in p) == sorted([HAND, LMS, EXCHANGE]), pages
     run, released = _release(graded, tmp_path / "exchange")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -129,15 +138,8 @@ def test_release_feedback_releases_every_page_made_by_the_course_tool(graded, tm
 
 
 def _export(work: Path, out: Path) -> dict[tuple[str, str], dict]:
-    old = os.environ.get("ATTENTION_COURSE_WORK")
-    os.environ["ATTENTION_COURSE_WORK"] = str(work)
-    try:
+    with _in_work(work):
         paths = report.export(out)
-    finally:
-        if old is None:
-            del os.environ["ATTENTION_COURSE_WORK"]
-        else:
-            os.environ["ATTENTION_COURSE_WORK"] = old
     return {(r["assignment"], r["student_id"]): r for r in csv.DictReader(paths["grades"].open())}
 
 
@@ -200,25 +202,6 @@ def test_the_exchange_round_trip_from_release_to_fetched_feedback(tmp_path):
     (page,) = list((home / L1 / "feedback").rglob(f"{L1}.html"))
     text = feedback.page_text(page.read_text())
     assert "Your results: 7 / 7 points" in text, text[:2000]
-
-
-def _in_work(work: Path):
-    """ATTENTION_COURSE_WORK set to ``work`` while the block runs (as the course's commands read it)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def scope():
-        old = os.environ.get("ATTENTION_COURSE_WORK")
-        os.environ["ATTENTION_COURSE_WORK"] = str(work)
-        try:
-            yield
-        finally:
-            if old is None:
-                del os.environ["ATTENTION_COURSE_WORK"]
-            else:
-                os.environ["ATTENTION_COURSE_WORK"] = old
-
-    return scope()
 
 
 def test_a_score_and_a_late_penalty_set_by_hand_are_what_every_export_and_the_feedback_report(

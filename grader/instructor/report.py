@@ -315,6 +315,7 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
                     "isolation": "",
                 }
                 if record is not None:
+                    record, changes = _decided(record, held)
                     penalty = float(record.get("late_penalty") or 0)
                     row.update(
                         timestamp=record.get("timestamp") or "",
@@ -328,16 +329,8 @@ def verify(records: list[dict], only_lessons: list[str] | None = None) -> tuple[
                         problem = "could not be graded: run grade again"
                     elif held is None:
                         problem = "missing from the gradebook"
-                    else:
-                        problem = "; ".join(_differences(record, held))
-                        if problem:  # the instructor decided: the gradebook's values, said to be changed
-                            problem = "changed by hand: " + problem
-                            row.update(
-                                timestamp=held["timestamp"] or "",
-                                raw_score=held["score"],
-                                late_submission_penalty=held["late_penalty"],
-                                score=max(0.0, held["score"] - held["late_penalty"]),
-                            )
+                    else:  # the instructor decided: the gradebook's values (above), said to be changed
+                        problem = "changed by hand: " + "; ".join(changes) if changes else ""
                 elif held is not None:
                     row.update(
                         timestamp=held["timestamp"] or "", raw_score="", late_submission_penalty="", score=""
@@ -365,17 +358,23 @@ def as_decided(records: list[dict]) -> list[dict]:
     decided = []
     with Gradebook(gradebook_url(), course_config().CourseDirectory.get("course_id", "")) as gb:
         for r in records:
-            held = submission_in_gradebook(gb, r["lesson"], r["student"])
-            changes = _differences(r, held) if held and r.get("status") != "grading failed" else []
+            r, changes = _decided(r, submission_in_gradebook(gb, r["lesson"], r["student"]))
             if changes:
-                cells = [
-                    {**c, "score": held["grades"].get(c["grade_id"], c["score"])} for c in r.get("cells", [])
-                ]
-                r = {**r, "cells": cells, "score": held["score"], "late_penalty": held["late_penalty"]}
-                r["timestamp"] = held["timestamp"] or r.get("timestamp")
                 r["notes"] = [*r.get("notes", []), "changed by hand: " + "; ".join(changes)]
             decided.append(r)
     return decided
+
+
+def _decided(record: dict, held: dict | None) -> tuple[dict, list[str]]:
+    """A grading record with what the gradebook holds for it (``held``) where the two differ: each
+    check's score, the total, the late penalty and the time; and the differences (none: as it was)."""
+    changes = _differences(record, held) if held and record.get("status") != "grading failed" else []
+    if not changes:
+        return record, []
+    cells = [{**c, "score": held["grades"].get(c["grade_id"], c["score"])} for c in record.get("cells", [])]
+    decided = {**record, "cells": cells, "score": held["score"], "late_penalty": held["late_penalty"]}
+    decided["timestamp"] = held["timestamp"] or record.get("timestamp")
+    return decided, changes
 
 
 def grades_csv(
