@@ -573,7 +573,7 @@ def diagnosed(name: str, fn: Callable) -> Iterator[None]:
             return
         if isinstance(e, DeviceNotFollowed):  # no mistake is named: on the CPU its numbers are right
             CHECKS[where] = (name, "fail", "the result was made on the wrong device (tried on 'meta')")
-            gpu = f"Graded on a machine with a GPU, the hidden check of `{name}` fails on this."
+            gpu = f"Graded, the hidden check of `{name}` fails on this too, on any machine."
             print(failure_box(name, str(e), gpu))
             return
         detail, mistake, replacement = _explained(name, fn, e, known)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from attention_course.checks import MIXED
 from attention_course.watch import all_tensors
 
 
@@ -212,3 +213,67 @@ def low_precision_cases(cases: Sequence[Case], dtypes: Sequence[torch.dtype] = L
                 label, Case(label, _cast_floating(case.args, low), _cast_floating(case.kwargs, low))
             )
     return list(made.values())
+
+
+# ------------------------------------------------------- 'meta': a GPU's stand-in on any machine
+
+CPU, META = torch.device("cpu"), torch.device("meta")
+
+
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(META)
+    if isinstance(x, dict):
+        return {k: _to_meta(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(v) for v in x)
+    return x
+
+
+def on_meta(case: Case) -> Case | None:
+    """A CPU case with its tensors, and its ``device=``, on PyTorch's 'meta' device, which stands in for a
+    GPU on any machine (no data: only shapes, dtypes and devices); None for a case that is not the CPU's
+    or has nothing to move (its result is where a CPU-only machine makes it)."""
+    given = case.kwargs.get("device")
+    placed = {
+        input_placement(case)[0],
+        torch.device(given) if isinstance(given, (str, torch.device)) else None,
+    }
+    if not placed <= {None, CPU} or placed == {None}:
+        return None
+    kwargs = _to_meta(case.kwargs)
+    if isinstance(given, (str, torch.device)):
+        kwargs["device"] = "meta" if isinstance(given, str) else META
+    return Case(
+        f"{case.label.replace('cpu', 'meta')} ('meta' stands in for a GPU)", _to_meta(case.args), kwargs
+    )
+
+
+def kind_of_call(case: Case) -> tuple:
+    """What tells two calls apart for the 'meta' pass: each argument's type, a tensor's rank and dtype."""
+
+    def kind(v: Any) -> Any:
+        return ("tensor", v.dim(), v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__
+
+    return tuple(kind(a) for a in case.args) + tuple((k, kind(v)) for k, v in sorted(case.kwargs.items()))
+
+
+def meta_problem(
+    got: Any, error: tuple[BaseException, str] | None, names: Sequence[str] | None, name: str
+) -> str | None:
+    """What a function did wrong on a case moved to 'meta' (``on_meta``), given its result there (or its
+    error and the error's text): a tensor of the result not on 'meta', or PyTorch refusing to mix the two
+    devices. Any other error is not judged: 'meta' holds no values to read (``.item()``, ``int(t)``,
+    printing), and correct code is never failed for that."""
+    fix = "Make new tensors on the device of the inputs (device=X.device, torch.zeros_like(X)) or on the device= given."
+    if error is not None:
+        said = error[1].splitlines()[0] if error[1] else ""
+        if isinstance(error[0], RuntimeError) and any(words in said for words in MIXED):
+            return f'it mixed two devices: PyTorch says "{said}". A tensor made inside it without device= lives on the CPU. {fix}'
+        return None
+    made = all_tensors(got)
+    for i, g in enumerate(made):
+        if g.device != META:
+            what = f"`{names[i]}`" if names and len(names) == len(made) else f"The result of {name}"
+            return f"{what} came back on {g.device.type}: the result was made on the wrong device. {fix}"
+    return None

@@ -54,7 +54,10 @@ from grader.cases import (  # noqa: F401 - re-exported: lessons import them from
     devices,
     fmt_number,
     input_placement,
+    kind_of_call,
     low_precision_cases,
+    meta_problem,
+    on_meta,
     tolerance,
 )
 from grader.classroom.sandbox import _resolve  # the one resolver: the sandbox cannot import grader
@@ -66,15 +69,13 @@ from grader.classroom.sandbox import _resolve  # the one resolver: the sandbox c
 class Trap:
     """A known mistake: what it computes, its name, and the idea to revisit.
 
-    ``example`` is the line of student code that makes it (for docs/mistakes.md);
-    ``needs`` a device type without which the mistake cannot be told apart (e.g. "cuda").
+    ``example`` is the line of student code that makes it (for docs/mistakes.md).
     """
 
     name: str
     hint: str
     fn: Callable[..., Any]
     example: str = ""
-    needs: str | None = None
 
 
 @dataclass
@@ -476,6 +477,18 @@ def course_helper(fn: Any) -> str | None:
     return None
 
 
+def _on_meta(ex: Exercise, fn: Callable[..., Any], case: Case) -> tuple[Case, str | None]:
+    """The case tried again on 'meta' (``grader.cases.on_meta``), and what fn got wrong there (None: right,
+    or not judged). Every reference keeps each tensor of its result there (tests/test_devices.py checks it),
+    so it need not run: 'meta' runs every operation in Python, and its first use loads about 1 s of code."""
+    moved = on_meta(case)
+    if moved is None:
+        return case, None
+    got = run(fn, moved)
+    error = None if got.error is None else (got.error, _cut(_text(got.error), MAX_STUDENT_TEXT))
+    return moved, meta_problem(got.value, error, ex.output_names, ex.name)
+
+
 def check_exercise(ex: Exercise, student_fn: Any, on: Sequence[torch.device | str] | None = None) -> None:
     """Raise AssertionError with an actionable message unless student_fn is right.
 
@@ -535,3 +548,15 @@ def check_exercise(ex: Exercise, student_fn: Any, on: Sequence[torch.device | st
         for label, problem in properties.items():
             if problem:
                 raise _fail(ex, label, problem, diagnose(ex, records, properties))
+        # right on every device tried: on the CPU's cases, the results must also follow a GPU's inputs
+        # (one case of each kind of call: 'meta' runs every operation in Python, not fast)
+        kinds = set()
+        for record in records:
+            if kind_of_call(record.case) not in kinds:
+                kinds.add(kind_of_call(record.case))
+                case, problem = _on_meta(ex, student_fn, record.case)
+                if problem:  # a known mistake it does is one that is right here and wrong on 'meta' too
+                    traps = (t for t in ex.traps if _on_meta(ex, t.fn, record.case)[1])
+                    raise _fail(
+                        ex, case, problem, next((t for t in traps if reproduces(ex, t, records)), None)
+                    )

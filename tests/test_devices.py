@@ -19,6 +19,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from attention_course.watch import all_tensors
+from grader.cases import on_meta
 from grader.course import lessons
 from grader.harness import (
     LOW_PRECISION,
@@ -87,11 +89,42 @@ def test_reference_and_solution_pass_on(device, name):
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_every_trap_is_named_on(device, name):
     for trap in EXERCISES[name].traps:
-        if trap.needs not in (None, device):
-            continue  # e.g. a mask made on the CPU is right on the CPU
         with pytest.raises(AssertionError) as info:
             check_exercise(EXERCISES[name], trap.fn, on=[device])
         assert f"Diagnosis: {trap.name}." in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_every_reference_keeps_its_results_on_meta(name):
+    """The hidden checks' 'meta' pass judges a student's result without running the reference there: every
+    reference, on every CPU case moved to 'meta', returns tensors and only tensors on 'meta'."""
+    ex = EXERCISES[name]
+    for case in ex.cases(torch.device("cpu")):
+        moved = on_meta(case)
+        if moved is not None:
+            result = ex.reference(*moved.args, **moved.kwargs)
+            tensors = all_tensors(result)
+            assert tensors and all(t.device.type == "meta" for t in tensors), (case.label, result)
+
+
+def test_the_meta_pass_judges_only_a_device_mistake():
+    """A result left on the CPU, or a call PyTorch refuses for mixing devices, fails; a function that
+    reads values ('meta' has none) is not judged; a case with nothing to move is not tried."""
+    ex = EXERCISES["padding_mask"]
+    case = ex.cases(torch.device("cpu"))[0]
+    with pytest.raises(AssertionError, match="mixed two devices: PyTorch says"):
+        check_exercise(ex, lambda lengths, T: (torch.arange(T)[None, :] < lengths[:, None])[:, None, :])
+    with pytest.raises(AssertionError, match="came back on cpu: the result was made on the wrong device"):
+        check_exercise(
+            EXERCISES["causal_mask"], lambda T, device=None: torch.ones(T, T, dtype=torch.bool).tril()
+        )
+
+    def by_loop(lengths, T):  # correct, and reads each length's value
+        rows = [torch.arange(T, device=lengths.device) < int(n) for n in lengths]
+        return torch.stack(rows)[:, None, :]
+
+    check_exercise(ex, by_loop)
+    assert on_meta(case).args[0].is_meta and on_meta(Case("no tensors", (3,))) is None
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -169,8 +202,6 @@ def test_low_precision_result_returned_in_float32_is_caught(device, dtype, name)
 def test_low_precision_traps_are_still_named(device, dtype, name):
     ex = _low(name, dtype)
     for trap in ex.traps:
-        if trap.needs not in (None, device):
-            continue
         with pytest.raises(AssertionError) as info:
             check_exercise(ex, trap.fn, on=[device])
         assert f"Diagnosis: {trap.name}." in str(info.value), str(info.value)

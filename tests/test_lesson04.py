@@ -145,13 +145,6 @@ APPLY_MINUS_1E9 = _code("""
 """)
 
 
-def ON_A_GPU(diagnoses: dict[str, str]) -> dict[str, str]:  # noqa: N802 - reads as a marker
-    """A mask made on the CPU is right on a CPU-only machine: it loses points only where CUDA is."""
-    import torch
-
-    return diagnoses if torch.cuda.is_available() else {}
-
-
 # student -> (answers, {hidden test: expected diagnosis}); functions left out keep the solution
 TRAPS = {
     "inverted_polarity": (
@@ -173,7 +166,8 @@ TRAPS = {
             "ex04_apply_mask": APPLY_MULTIPLY,
         },
         {
-            **ON_A_GPU({"test04_causal_mask_hidden": "the mask was made on the wrong device"}),
+            # on every machine: the hidden check tries the CPU's cases on 'meta', which stands in for a GPU
+            "test04_causal_mask_hidden": "the mask was made on the wrong device",
             "test04_padding_mask_hidden": "the mask polarity is inverted (True = padding)",
             "test04_apply_mask_hidden": "the scores were multiplied by the mask",
         },
@@ -181,7 +175,7 @@ TRAPS = {
     "zero_times_inf": (
         {"ex04_padding_mask": PADDING_NO_DEVICE, "ex04_apply_mask": APPLY_NAN},
         {
-            **ON_A_GPU({"test04_padding_mask_hidden": "the mask was made on the wrong device"}),
+            "test04_padding_mask_hidden": "the mask was made on the wrong device",
             "test04_apply_mask_hidden": "0 * -inf = NaN",
         },
     ),

@@ -39,11 +39,11 @@ def apply_mask(S: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------- seeded cases and mistakes
 
-# Device-following is checked where every correct mask can be built: on the device of the
-# cases (CUDA when there is one). The 'meta' device is not used: a correct mask built with a
-# Python loop (int(lengths[b]), .item(), printing it) cannot run there, so a 'meta' case
-# would score correct code as wrong. On a CPU-only machine a mask made on the wrong device
-# therefore cannot be told apart (Trap.needs = "cuda").
+# Device-following is checked on the device of the cases (CUDA when there is one) and, for the
+# CPU's cases, again on PyTorch's 'meta' device, which stands in for a GPU on every machine
+# (grader.harness._on_meta): a mask made on the wrong device loses the same points wherever it
+# is graded. A correct mask built with a Python loop (int(lengths[b]), .item(), printing it)
+# cannot run on 'meta' and is not judged there.
 
 
 def _causal_cases(device: torch.device) -> list[Case]:
@@ -92,7 +92,6 @@ CAUSAL_MASK = Exercise(
             "Pass device= when you create the tensor: torch.ones(T, T, dtype=torch.bool, device=device).",
             lambda T, device=None: causal_mask(T),
             example="return torch.ones(T, T, dtype=torch.bool).tril()",
-            needs="cuda",
         ),
         Trap(
             "a numeric mask instead of a boolean one",
@@ -173,9 +172,8 @@ PADDING_MASK = Exercise(
         Trap(
             "the mask was made on the wrong device",
             "Create positions on lengths.device: torch.arange(T, device=lengths.device).",
-            _padding_fn(lambda p, n: p < n.cpu(), device_of_lengths=False),
-            example="return (torch.arange(T) < lengths.cpu()[:, None])[:, None, :]",
-            needs="cuda",
+            _padding_fn(lambda p, n: p < n, device_of_lengths=False),
+            example="return (torch.arange(T) < lengths[:, None])[:, None, :]",
         ),
     ],
 )
