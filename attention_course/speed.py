@@ -1,10 +1,12 @@
-"""Keeping the lessons quick: PyTorch's FlopCounterMode without a second of compiler imports.
+"""Keeping the lessons quick: PyTorch's FlopCounterMode and 'meta' device without compiler imports.
 
 Lesson 09 counts multiply-adds with ``torch.utils.flop_counter.FlopCounterMode``. Its first use
 imports ``torch._dynamo`` (about a second), only to mark the counter's dispatch function as one
 the compiler must not trace. Until ``torch._dynamo`` has been imported nothing can be compiling, so
 that mark changes nothing; :func:`count_flops_without_compiler_imports` lets the counter skip it
 until then, and from then on marks it exactly as PyTorch does. The counts are the same.
+:func:`meta_without_compiler_imports` does the same for the Python references that run many
+operations on the 'meta' device (``torch._prims_common.wrappers``), which the device checks use.
 """
 
 from __future__ import annotations
@@ -42,3 +44,33 @@ def count_flops_without_compiler_imports() -> bool:
     if getattr(raw, "__dynamo_disable", None) is None:
         setattr(raw, "__dynamo_disable", _until_compiler_loaded(raw))
     return True
+
+
+_META_DONE = False
+
+
+def meta_without_compiler_imports() -> int:
+    """Let every function PyTorch has marked with ``torch._disable_dynamo`` so far (the Python references
+    behind many operations on 'meta': masked_fill, division by a number, ...) run without importing
+    torch._dynamo first, as above; the number it applied to (0 the second time: safe to repeat)."""
+    global _META_DONE
+    if _META_DONE:
+        return 0
+    _META_DONE = True
+    import gc
+    import types
+
+    import torch
+
+    mark = getattr(torch, "_disable_dynamo", None)
+    code = getattr(mark(lambda: None), "__code__", None) if callable(mark) else None
+    if code is None or code.co_freevars != ("fn", "recursive"):  # another torch: it keeps its own behaviour
+        return 0
+    done = 0
+    for f in gc.get_objects():
+        if type(f) is types.FunctionType and f.__code__ is code and f.__closure__:
+            raw, recursive = (cell.cell_contents for cell in f.__closure__)
+            if callable(raw) and getattr(raw, "__dynamo_disable", None) is None:
+                setattr(raw, "__dynamo_disable", _until_compiler_loaded(raw, bool(recursive)))
+                done += 1
+    return done

@@ -848,3 +848,41 @@ def test_the_device_helper_judges_only_what_meta_can_show(session, capsys, monke
         expect_device_follows(on_the_cpu, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     expect_device_follows(on_the_cpu, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+
+
+_NO_COMPILER = """
+import sys, torch
+from attention_course.checks import expect_device_follows
+from attention_course.diagnosis import DeviceNotFollowed
+
+def apply_mask(S, allowed):  # a Python reference on 'meta' (masked_fill), and a division by a number
+    return S.masked_fill(~allowed, float("-inf")) / 2.0
+
+def made_on_the_cpu(S, allowed):
+    return S.masked_fill(~allowed, float("-inf")) + torch.zeros(S.shape)
+
+expect_device_follows(apply_mask, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+try:
+    expect_device_follows(made_on_the_cpu, torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+    print("not caught")
+except DeviceNotFollowed as e:
+    print("caught:", str(e).split(":")[0])
+print("torch._dynamo loaded:", "torch._dynamo" in sys.modules)
+"""
+
+
+def test_the_device_check_loads_no_compiler():
+    """'meta' runs many operations through PyTorch's Python references, whose first call would import
+    torch._dynamo (about 0.7 s of every lesson's Run All); the check gives the same verdicts without it."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _NO_COMPILER], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert (
+        "caught: made_on_the_cpu(<(2, 3) tensor on meta>, <(2, 3) tensor on meta>), with its inputs on the 'meta' device, mixed two devices"
+        in run.stdout
+    ), run.stdout
+    assert "torch._dynamo loaded: False" in run.stdout, run.stdout
