@@ -142,13 +142,12 @@ MIXED = ("is not on the expected device", "Expected all tensors to be on the sam
 
 
 def warm_meta() -> None:
-    """Run a few operations on PyTorch's 'meta' device, as the device checks do: their first use in a
-    process imports sympy (about 0.3 s of CPU; TorchDynamo too, 0.7 s more, but for
-    ``meta_without_compiler_imports``). A fork server calls this once, so that no notebook graded from
-    it pays that again."""
+    """Run a few operations on PyTorch's 'meta' device, as the hidden checks' device pass does: their first
+    use in a process imports sympy and TorchDynamo (about 1 s of CPU). A fork server calls this once, so
+    that no notebook graded from it pays that again. (A student's session skips TorchDynamo instead:
+    ``meta_without_compiler_imports``, which no grading process uses.)"""
     import tempfile
 
-    meta_without_compiler_imports()
     before = tempfile.tempdir
     try:
         x = torch.ones(2, 3, device="meta")
