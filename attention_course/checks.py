@@ -137,7 +137,6 @@ def _on_meta(x: Any) -> Any:
 
 
 # PyTorch's words when one operation gets tensors of two devices (on 'meta', and on a GPU)
-# what PyTorch says when one call mixes the devices of its tensors
 MIXED = ("is not on the expected device", "Expected all tensors to be on the same device")
 
 
