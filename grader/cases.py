@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attention_course.checks import MIXED
+from attention_course.checks import MIXED, to_meta
 from attention_course.watch import all_tensors
 
 
@@ -220,16 +220,6 @@ def low_precision_cases(cases: Sequence[Case], dtypes: Sequence[torch.dtype] = L
 CPU, META = torch.device("cpu"), torch.device("meta")
 
 
-def _to_meta(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.detach().to(META)
-    if isinstance(x, dict):
-        return {k: _to_meta(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_meta(v) for v in x)
-    return x
-
-
 def on_meta(case: Case) -> Case | None:
     """A CPU case with its tensors, and its ``device=``, on PyTorch's 'meta' device, which stands in for a
     GPU on any machine (no data: only shapes, dtypes and devices); None for a case that is not the CPU's
@@ -241,11 +231,11 @@ def on_meta(case: Case) -> Case | None:
     }
     if not placed <= {None, CPU} or placed == {None}:
         return None
-    kwargs = _to_meta(case.kwargs)
+    kwargs = to_meta(case.kwargs)
     if isinstance(given, (str, torch.device)):
         kwargs["device"] = "meta" if isinstance(given, str) else META
     return Case(
-        f"{case.label.replace('cpu', 'meta')} ('meta' stands in for a GPU)", _to_meta(case.args), kwargs
+        f"{case.label.replace('cpu', 'meta')} ('meta' stands in for a GPU)", to_meta(case.args), kwargs
     )
 
 

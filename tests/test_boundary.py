@@ -281,6 +281,32 @@ def test_the_memory_cap_holds_for_all_of_a_notebooks_processes_together(kernel_s
     assert first and second and not first & second, (said, _texts(again))
 
 
+@needs_seal
+def test_a_notebooks_memory_cap_is_for_its_own_code_not_the_libraries_its_kernel_starts_with(
+    kernel_settings, sealed_fork_server
+):
+    """A kernel is forked with PyTorch, IPython and the course loaded: about 1 GiB of address space,
+    nearly all of it shared with its fork server. Under a 1 GiB cap that counted those too, a kernel had
+    a few MB left and could die before its first cell; the cap is what the student's code adds."""
+    kernel_settings.memory = 1 << 30
+    nb = _run(
+        ["import torch\nx = torch.ones(2**27)  # 512 MiB, written\nprint('MADE', int(x.sum()))"],
+        Path(sealed_fork_server.sealed_area),
+        kernel_settings,
+        sealed_fork_server,
+    )
+    assert "MADE 134217728" in _texts(nb), _texts(nb)
+    over = _run(
+        [
+            "import torch\ntry:\n    x = torch.ones(2**28 + 2**27)\nexcept RuntimeError as e:\n    print('REFUSED', e)"
+        ],
+        Path(sealed_fork_server.sealed_area),
+        kernel_settings,
+        sealed_fork_server,
+    )
+    assert "REFUSED" in _texts(over), _texts(over)
+
+
 _SPINNERS = r"""
 import os, subprocess, sys
 print("CGROUP FILES", sorted(os.listdir("/sys/fs/cgroup")))

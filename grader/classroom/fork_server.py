@@ -12,25 +12,16 @@ Each grading worker starts one fork server and asks it, over a pipe, for:
 - ``sandbox`` (sealed fork server only): the sandbox alone, talking to a ``trusted``
   process of the other fork server through two named pipes.
 
-With bubblewrap (``grader.classroom.seal``) a worker runs two fork servers: a sealed
-one (this module, started inside bwrap), that forks kernels and sandboxes, and a plain one
-for the trusted process, which needs the grading package (``grader.classroom.trusted_server``:
-this module's loop with the ``trusted`` role added). The worker's side of both is
-``grader.classroom.fork_client``. The sealed fork server
-runs as the package ``course_runtime`` (this module, the guard, the sandbox and
-the kernel launcher mounted read-only): the grading package does not exist
-there. It lives in its own PID namespace, so the worker names its children by
-their pid in that namespace and asks the fork server to poll or signal them
-(``SealedProcess``); after each job, ``reset`` kills every other process in
-the namespace and empties its private /tmp.
-
-A fork server that forks student code (a kernel or a sandbox) imports nothing from the
-grading package but this module and the guard, so a forked sandbox has no hidden reference
-in memory. The plain fork server beside a sealed one forks nothing but trusted processes
-(``--trusted-only``, which refuses every other request), so it loads the checks once for all
-of them. Children are in
-their own process group; when the worker goes away (EOF on the pipe) the
-fork server kills them all and exits.
+With bubblewrap (``grader.classroom.seal``) a worker runs two: a sealed one (this module inside
+bwrap, as the package ``course_runtime``, where the grading package does not exist) forks kernels
+and sandboxes; a plain one (``trusted_server``: this loop with the ``trusted`` role added, and
+``--trusted-only``, which refuses every other request) loads the checks once and forks the trusted
+processes. The worker's side of both is ``fork_client``. The sealed one lives in its own PID
+namespace: the worker names its children by their pid there and asks it to poll or signal them
+(``SealedProcess``); after each job, ``reset`` kills every other process in the namespace.
+A server that forks student code imports nothing of the grading package but this module and the
+guard, so no forked process has the hidden reference in memory. Children are in their own process
+group; when the worker goes away (EOF on the pipe) the fork server kills them all and exits.
 """
 
 from __future__ import annotations
@@ -167,12 +158,15 @@ def _run_kernel(req: dict) -> None:
 
     _enter_boundary(req)
 
-    guard.limit_memory(req.get("memory"))
+    # the cap is what the student's code adds: not the libraries forked with (about 1 GiB of address
+    # space, shared with this server), nor what the kernel's own threads reserve as it starts (0.5 GiB)
+    guard.limit_memory(req.get("memory"), beyond_now=True)
     guard.install(req["guard"])
     from ipykernel.kernelapp import IPKernelApp
 
     app = IPKernelApp.instance()
     app.initialize(req["argv"])
+    guard.limit_memory(req.get("memory"), beyond_now=True)
     _store_errors_plainly(app.shell)
     app.start()
 
@@ -366,7 +360,7 @@ def serve(load_checks: Any = None) -> None:
                 __import__(name)
         _load_kernel_without_debugger()
         _warm_tracebacks()
-        with contextlib.suppress(Exception):  # the sandboxes' 'meta' pass of the hidden checks (about 1 s)
+        with contextlib.suppress(Exception):  # the sandboxes' 'meta' pass of the hidden checks (0.3 s)
             __import__("attention_course.checks").checks.warm_meta()
     from . import guard  # noqa: F401 - loaded once, before any fork
 

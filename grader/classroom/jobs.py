@@ -17,7 +17,7 @@ class Options:
     """How to grade (same for every submission of a run)."""
 
     timeout: int = 60  # seconds per cell
-    memory: int | None = 4 << 30  # bytes per notebook (kernel and sandbox each)
+    memory: int | None = 4 << 30  # bytes per notebook: what its code adds to the kernel, and to the sandbox
     notebook_timeout: int = 600  # seconds per submission, all in
     kernels: str = "fork"  # "fork" (from the fork server) or "plain" (a new process each)
     protect: list[str] = field(default_factory=list)  # paths no student code may touch (work folder, sources)

@@ -205,7 +205,7 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
     tempfile.tempdir = None
     os.environ.pop("ATTENTION_COURSE_WORK", None)
     sys.dont_write_bytecode = True
-    guard.limit_memory(cfg.get("memory"))
+    guard.limit_memory(cfg.get("memory"), beyond_now=True)
     guard.limit_cpu(cfg.get("cpu_seconds"))
     guard.forget_modules(("grader",))
     sys.meta_path.insert(0, guard.BlockImports(("grader",)))
