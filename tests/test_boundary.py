@@ -248,7 +248,8 @@ def test_processes_a_student_orphans_are_reaped_inside_the_notebook(kernel_setti
 _MEMORY_HOGS = r"""
 import subprocess, sys
 print("CGROUP", open("/proc/self/cgroup").read().replace(chr(10), " "))
-hog = "x = b'1' * (900 * 2**20); import time; print('held', flush=True); time.sleep(3)"
+# each says "held" once it has held 900 MB for 3 s: one the cap killed meanwhile never says it
+hog = "x = b'1' * (900 * 2**20); import time; time.sleep(3); print('held', flush=True)"
 children = [subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE, text=True) for _ in range(3)]
 print("HELD", sum(c.communicate()[0].count("held") for c in children))
 """
