@@ -288,7 +288,8 @@ def test_a_notebooks_memory_cap_is_for_its_own_code_not_the_libraries_its_kernel
 ):
     """A kernel is forked with PyTorch, IPython and the course loaded: about 1 GiB of address space,
     nearly all of it shared with its fork server. Under a 1 GiB cap that counted those too, a kernel had
-    a few MB left and could die before its first cell; the cap is what the student's code adds."""
+    a few MB left and could die before its first cell; the cap is what the student's code adds, and
+    the student's code cannot lift it (no audit hook needed: it is the hard limit)."""
     kernel_settings.memory = 1 << 30
     nb = _run(
         ["import torch\nx = torch.ones(2**27)  # 512 MiB, written\nprint('MADE', int(x.sum()))"],
@@ -306,6 +307,23 @@ def test_a_notebooks_memory_cap_is_for_its_own_code_not_the_libraries_its_kernel
         sealed_fork_server,
     )
     assert "REFUSED" in _texts(over), _texts(over)
+    lift = _run([_LIFT_CAP], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
+    assert "KEPT" in _texts(lift) and "LIFTED" not in _texts(lift), _texts(lift)
+
+
+_LIFT_CAP = r"""
+import os, resource, sys, torch
+cap = resource.RLIMIT_DATA if os.path.exists("/dev/nvidiactl") else resource.RLIMIT_AS
+try:
+    resource.setrlimit(cap, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+except (ValueError, OSError) as e:
+    print("KEPT", e)
+try:
+    x = torch.ones(2**28 + 2**27)
+    print("LIFTED", x.numel())
+except RuntimeError:
+    print("KEPT: still refused")
+"""
 
 
 _SPINNERS = r"""

@@ -158,9 +158,8 @@ def _run_kernel(req: dict) -> None:
 
     _enter_boundary(req)
 
-    # the cap is what the student's code adds: not the libraries forked with (about 1 GiB of address
-    # space, shared with this server), nor what the kernel's own threads reserve as it starts (0.5 GiB)
-    guard.limit_memory(req.get("memory"), beyond_now=True)
+    # capped on what the student's code adds: not the forked libraries (1 GiB, shared), nor the kernel's threads
+    guard.limit_memory(req.get("memory"), beyond_now=True, final=False)
     guard.install(req["guard"])
     from ipykernel.kernelapp import IPKernelApp
 

@@ -105,12 +105,13 @@ def policy(
     }
 
 
-def limit_memory(max_bytes: int | None, beyond_now: bool = False) -> None:
+def limit_memory(max_bytes: int | None, beyond_now: bool = False, final: bool = True) -> None:
     """Cap the address space (or, with a GPU driver present, the data segment) of this process.
 
     Children inherit the limit. CUDA reserves far more address space than it
     uses, so on GPU machines the data segment is limited instead. ``beyond_now``: ``max_bytes``
-    more than the process maps already (a fork with its libraries loaded).
+    more than the process maps already (a fork with its libraries loaded). ``final``: the hard limit
+    too, which an unprivileged process cannot raise again (student code cannot lift its cap).
     """
     if not max_bytes:
         return
@@ -123,7 +124,7 @@ def limit_memory(max_bytes: int | None, beyond_now: bool = False) -> None:
     _, hard = resource.getrlimit(which)
     if hard != resource.RLIM_INFINITY:
         max_bytes = min(max_bytes, hard)
-    resource.setrlimit(which, (max_bytes, hard))
+    resource.setrlimit(which, (max_bytes, max_bytes if final else hard))
 
 
 def limit_cpu(seconds: int | None) -> None:
