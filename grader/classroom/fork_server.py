@@ -1,16 +1,15 @@
 """A fork server: one process that has imported PyTorch and the kernel once, and forks per use.
 
-Starting a Jupyter kernel and importing torch costs about 1.5 s of CPU per
-notebook; forking a process that already did both costs a few milliseconds.
-Each grading worker starts one fork server and asks it, over a pipe, for:
+Starting a Jupyter kernel and importing torch costs about 1.5 s of CPU per notebook; forking a process
+that already did both costs a few milliseconds. Each grading worker asks it, over a pipe, for:
 
-- ``kernel``: an IPython kernel for one notebook (a fresh process each time,
-  with a memory cap and the guard's audit hook in place before student code);
-- ``trusted``: the process that re-decides test verdicts outside the kernel; it
-  first forks its own ``sandbox`` child (guarded, unable to import the grading
-  package) that runs the student's code, and only then imports the checks;
-- ``sandbox`` (sealed fork server only): the sandbox alone, talking to a ``trusted``
-  process of the other fork server through two named pipes.
+- ``kernel``: an IPython kernel for one notebook (a fresh process each time, with a memory cap and the
+  guard's audit hook in place before student code);
+- ``trusted``: the process that re-decides test verdicts outside the kernel; it first forks its own
+  ``sandbox`` child (guarded, unable to import the grading package) that runs the student's code, and
+  only then imports the checks;
+- ``sandbox`` (sealed fork server only): the sandbox alone, talking to a ``trusted`` process of the
+  other fork server through two named pipes.
 
 With bubblewrap (``grader.classroom.seal``) a worker runs two: a sealed one (this module inside
 bwrap, as the package ``course_runtime``, where the grading package does not exist) forks kernels
@@ -36,20 +35,12 @@ import sys
 import time
 from typing import Any
 
-PRELOAD = (
-    "torch",
-    "numpy",
-    "IPython",
-    "ipykernel.kernelapp",
-    "ipykernel.ipkernel",
-    "attention_course",
-    # what every lesson's setup cell imports, and what a kernel loads at its first cell
-    "attention_course.data",
-    "attention_course.checks",
-    "IPython.core.completerlib",
-    "IPython.core.oinspect",
-    "sqlite3",
-    "bdb",
+# what a kernel needs, what every lesson's setup cell imports and a kernel loads at its first cell, and
+# what IPKernelApp.initialize loads in every kernel
+PRELOAD = tuple(
+    "torch numpy IPython ipykernel.kernelapp ipykernel.ipkernel attention_course attention_course.data "
+    "attention_course.checks IPython.core.completerlib IPython.core.oinspect sqlite3 bdb IPython.core.debugger "
+    "IPython.extensions.storemagic psutil tornado.platform.asyncio".split()
 )
 
 
@@ -192,13 +183,9 @@ def _store_errors_plainly(shell: Any) -> None:
 
 def _open_pipes(pipes: dict, sandbox_side: bool) -> tuple[int, int]:
     """Open the two named pipes between a sealed sandbox and its trusted process (in the same order)."""
-    if sandbox_side:
-        rfd = os.open(pipes["to_sandbox"], os.O_RDONLY)
-        wfd = os.open(pipes["from_sandbox"], os.O_WRONLY)
-    else:
-        wfd = os.open(pipes["to_sandbox"], os.O_WRONLY)
-        rfd = os.open(pipes["from_sandbox"], os.O_RDONLY)
-    return rfd, wfd
+    first = os.open(pipes["to_sandbox"], os.O_RDONLY if sandbox_side else os.O_WRONLY)
+    second = os.open(pipes["from_sandbox"], os.O_WRONLY if sandbox_side else os.O_RDONLY)
+    return (first, second) if sandbox_side else (second, first)  # (read, write)
 
 
 def _run_sandbox(req: dict) -> None:
@@ -327,20 +314,31 @@ def _load_kernel_without_debugger() -> None:
 
 
 def _warm_tracebacks() -> None:
-    """Format one error as a kernel does, so that no forked kernel pays for it again.
+    """Format an error as a graded kernel does (after every import), and parse the files a failing check's
+    traceback shows: a kernel's first traceback loads stack_data and Pygments and finds every module's
+    file, and each parses the files of its frames; 0.05 to 0.1 s per error of a graded notebook."""
+    import linecache
 
-    A kernel's first traceback loads stack_data and Pygments and compiles Pygments' Python
-    lexer: about 0.1 s in every graded notebook with an error (most of them), paid once here.
-    """
+    cell = "/warm-up/cell.py"
+    source = "def _f(x):\n    return x.missing\n_f(None)\n"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
     try:
+        import stack_data
         from IPython.core import ultratb
 
         try:
-            exec(compile("def _f(x):\n    return x.missing\n_f(None)", "<warm-up>", "exec"), {})
+            exec(compile(source, cell, "exec"), {})
         except AttributeError:
-            ultratb.AutoFormattedTB(mode="Context", tb_offset=0).structured_traceback(*sys.exc_info())
-    except Exception:  # noqa: BLE001 - another IPython: only the speed is lost
+            handler = ultratb.AutoFormattedTB(mode="Context", theme_name="neutral", tb_offset=1)
+            handler.structured_traceback(*sys.exc_info())
+        for module in (contextlib, sys.modules["attention_course.diagnosis"]):
+            parsed = stack_data.Source.for_filename(module.__file__)
+            parsed.asttokens()
+            parsed.pieces  # noqa: B018 - computed once, kept by every child
+    except Exception:  # noqa: BLE001 - another IPython or course package: only the speed is lost
         pass
+    finally:
+        linecache.cache.pop(cell, None)
 
 
 def serve(load_checks: Any = None) -> None:
@@ -358,9 +356,9 @@ def serve(load_checks: Any = None) -> None:
             with contextlib.suppress(Exception):  # a missing optional module only costs speed
                 __import__(name)
         _load_kernel_without_debugger()
-        _warm_tracebacks()
         with contextlib.suppress(Exception):  # the sandboxes' 'meta' pass of the hidden checks (0.3 s)
             __import__("attention_course.checks").checks.warm_meta()
+        _warm_tracebacks()  # last: it notes every module loaded so far
     from . import guard  # noqa: F401 - loaded once, before any fork
 
     if "--sealed" in sys.argv:
