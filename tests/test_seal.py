@@ -515,7 +515,7 @@ def test_the_plain_fork_server_beside_the_seal_forks_nothing_that_runs_student_c
     from grader.classroom import servers
 
     assert servers.plain().trusted_only  # what a grading worker gets
-    run = servers.SharedTrusted() if shared else None
+    run = servers.SharedServer() if shared else None
     clients = [
         ForkServer(servers.kernel_env(None), trusted_only=True, address=run.address if run else None)
         for _ in range(2 if shared else 1)
@@ -559,42 +559,52 @@ def _my_forkservers() -> set[int]:
     return {pid for pid in _alive("multiprocessing.forkserver import main") if parent(pid) == os.getpid()}
 
 
-@needs_seal
-def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp_path, monkeypatch):
-    """Two local workers fork their trusted processes from one fork server that the run starts
-    (one PyTorch and checks import fewer), the grades are those of each notebook graded alone, and
-    the server is gone when the run ends; so is the forkserver that the workers were forked from."""
+def _grade_with_two_workers(tmp_path, monkeypatch, notebooks: list, watch) -> tuple:
+    """Grade these notebooks (students s0, s1, ...) with two local workers, calling ``watch()`` every
+    50 ms while the run lasts: the run's summary, its records by student, and what each call returned."""
     import threading
 
     from grader.classroom import grading
     from grader.classroom.jobs import Options
 
     monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
-    right, untouched = _answered(), nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", 4)
-    for i, nb in enumerate([right, untouched, right, untouched]):
+    for i, nb in enumerate(notebooks):
         dest = tmp_path / "submitted" / f"s{i}" / LESSON / f"{LESSON}.ipynb"
         dest.parent.mkdir(parents=True)
         nbformat.write(nb, dest)
-    before = _top_trusted_servers()
-    seen: list[set[int]] = []
-    forkservers: set[int] = set()
+    seen: list = []
     done = threading.Event()
 
-    def watch() -> None:
+    def loop() -> None:
         while not done.is_set():
-            seen.append(_top_trusted_servers() - before)
-            forkservers.update(_my_forkservers())
+            seen.append(watch())
             time.sleep(0.05)
 
-    watcher = threading.Thread(target=watch, daemon=True)
+    watcher = threading.Thread(target=loop, daemon=True)
     watcher.start()
     try:
         summary = grading.grade([LESSON], options=Options(timeout=30), workers=2, progress=False)
     finally:
         done.set()
         watcher.join()
+    return summary, {r["student"]: r for r in grading.load_records([LESSON])}, seen
+
+
+@needs_seal
+def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp_path, monkeypatch):
+    """Two local workers fork their trusted processes from one fork server that the run starts
+    (one PyTorch and checks import fewer), the grades are those of each notebook graded alone, and
+    the server is gone when the run ends; so is the forkserver that the workers were forked from."""
+    right, untouched = _answered(), nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", 4)
+    before = _top_trusted_servers()
+    forkservers: set[int] = set()
+
+    def watch() -> set[int]:
+        forkservers.update(_my_forkservers())
+        return _top_trusted_servers() - before
+
+    summary, records, seen = _grade_with_two_workers(tmp_path, monkeypatch, [right, untouched] * 2, watch)
     assert summary.workers == 2 and summary.graded == 4 and not summary.failed, summary
-    records = {r["student"]: r for r in grading.load_records([LESSON])}
     assert [records[f"s{i}"]["score"] for i in range(4)] == [7.0, 0.0, 7.0, 0.0], records
     assert all(not r.get("flags") for r in records.values()), records
     assert max(len(s) for s in seen) == 1, f"trusted-only fork servers at once: {max(len(s) for s in seen)}"
@@ -604,6 +614,103 @@ def test_a_grading_runs_workers_share_one_trusted_server_and_grade_as_before(tmp
     assert not (forkservers & set(_alive("multiprocessing.forkserver"))), (
         "the workers' forkserver outlived the run"
     )
+
+
+def _top_sealed_servers() -> set[int]:
+    """The sealed fork servers (their bubblewrap) that this process started, itself or through its
+    workers, running now (not what they forked; not those of tests running beside it)."""
+    found = set(_alive("--sealed"))
+    return {pid for pid in found if parent(pid) not in found and _descends_from_me(pid)}
+
+
+@needs_seal
+def test_a_grading_runs_workers_share_one_sealed_server_and_grade_as_before(tmp_path, monkeypatch):
+    """Two local workers fork their kernels and sandboxes from one sealed fork server that the run
+    starts (one PyTorch and kernel import fewer), each notebook still in a boundary of its own: the
+    grades are those of each notebook graded alone, and the server is gone when the run ends."""
+    right, untouched = _answered(), nbformat.read(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", 4)
+    before = _top_sealed_servers()
+    summary, records, seen = _grade_with_two_workers(
+        tmp_path, monkeypatch, [untouched, right] * 2, lambda: _top_sealed_servers() - before
+    )
+    assert summary.workers == 2 and summary.graded == 4 and not summary.failed, summary
+    assert [records[f"s{i}"]["score"] for i in range(4)] == [0.0, 7.0, 0.0, 7.0], records
+    assert all(r.get("isolation") == seal.SEALED for r in records.values()), records
+    assert max(len(s) for s in seen) == 1, f"sealed fork servers at once: {max(len(s) for s in seen)}"
+    ever = set().union(*seen)
+    assert ever and not (ever & set(_alive("--sealed"))), "the shared sealed server outlived the run"
+
+
+@needs_seal
+def test_a_worker_stops_only_its_own_notebooks_in_the_shared_sealed_server():
+    """Where a run's workers share the sealed fork server, a worker's reset between two jobs stops
+    what was forked for it, never what runs for the other worker; the end of a worker's connection
+    stops the rest of its own."""
+    import tempfile
+
+    from grader.classroom import servers
+
+    run = servers.SharedServer(sealed=True)
+    area = Path(os.environ[servers.SHARED_AREA])
+    a, b = (ForkServer(servers.kernel_env(None), sealed_area=str(area), address=run.address) for _ in "ab")
+    try:
+        waiting = {}
+        for name, server in (("a", a), ("b", b)):
+            job = Path(tempfile.mkdtemp(prefix="job-", dir=area))
+            pipes = {p: str(job / p) for p in ("to_sandbox", "from_sandbox")}
+            for path in pipes.values():
+                os.mkfifo(path)
+            # a sandbox that waits for its trusted process, which never comes
+            waiting[name] = server.fork("sandbox", cwd=str(job), pipes=pipes, sandbox={})
+        assert a.address == b.address == run.address, "a worker started a sealed server of its own"
+        assert waiting["a"].poll() is None and waiting["b"].poll() is None
+        a.reset()
+        waiting["a"].wait(timeout=10)
+        time.sleep(0.3)
+        assert waiting["b"].poll() is None, "a worker's reset stopped the other worker's notebook"
+        b.close()
+        end = time.monotonic() + 10
+        while a.request({"op": "poll", "pid": waiting["b"].pid}).get("returncode") is None:
+            assert time.monotonic() < end, "a closed connection's notebook still runs"
+            time.sleep(0.05)
+    finally:
+        for server in (a, b, run):
+            server.close()
+    assert servers.SHARED_SEALED not in os.environ and servers.SHARED_AREA not in os.environ
+
+
+@needs_seal
+def test_each_worker_of_a_run_writes_in_its_own_part_of_the_shared_sealed_area():
+    """The workers share the sealed server, not the space their notebooks write in: each takes a part of
+    the run's area that no other living worker holds (where grading runs as root, a file system in memory
+    of its own, so no notebook can fill a classmate's); one more worker than parts gets a folder of its
+    own, and a part is free again once its worker ended."""
+    from grader.classroom import servers
+
+    run = servers.SharedServer(sealed=True, workers=2)
+    area = Path(os.environ[servers.SHARED_AREA])
+    code = "from grader.classroom import servers; print(servers.sealed_area(), flush=True); input()"
+
+    def workers(n: int) -> list[str]:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], cwd=course.ROOT, text=True, stdin=-1, stdout=-1)
+            for _ in range(n)
+        ]
+        parts = [p.stdout.readline().strip() for p in procs]
+        for p in procs:
+            p.communicate("\n", timeout=30)
+        return parts
+
+    try:
+        together, later = workers(3), workers(1)
+        mounted = [os.path.ismount(area / f"part-{i}") for i in range(2)]
+    finally:
+        run.close()
+    assert len(set(together)) == 3 and all(Path(p).parent == area for p in together), together
+    assert sorted(Path(p).name for p in together)[:2] == ["part-0", "part-1"], together
+    assert Path(later[0]).name.startswith("part-"), later
+    if os.geteuid() == 0 and os.path.ismount(area):
+        assert all(mounted), "a worker's part of the area is not a file system of its own"
 
 
 @needs_seal

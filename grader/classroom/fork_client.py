@@ -177,9 +177,10 @@ class ForkServer:
     ``sealed_area``: start it inside bubblewrap (grader.classroom.seal), with this
     folder (the worker's per-job folders) as the only writable one.
 
-    ``address``: a trusted-only server shared by the workers of a grading run
-    (``grader.classroom.servers.share_trusted``), reached through this Unix socket; if it cannot be
-    reached, the worker starts its own as before.
+    ``address``: a server of this kind shared by the workers of a grading run
+    (``grader.classroom.servers.SharedServer``), reached through this Unix socket; if it cannot be
+    reached, or once it failed to answer in time, the worker starts its own as before.
+    ``listen_fd``: start a shared one, answering every connection to this listening socket.
     """
 
     def __init__(
@@ -188,9 +189,11 @@ class ForkServer:
         sealed_area: str | None = None,
         trusted_only: bool = False,
         address: str | None = None,
+        listen_fd: int | None = None,
     ):
         self._env = env
-        self.address = address if trusted_only and sealed_area is None else None
+        self.address = address
+        self.listen_fd = listen_fd
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._starting = False  # spawned, and its "ready" line not read yet
@@ -229,7 +232,8 @@ class ForkServer:
     def _start_process(self) -> subprocess.Popen:
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
-        cmd = plain_command(self.trusted_only)
+        listen = [] if self.listen_fd is None else [f"--listen-fd={self.listen_fd}"]
+        cmd = plain_command(self.trusted_only) + listen
         if self.sealed_area is not None:
             from grader.classroom import boundary, seal
 
@@ -243,6 +247,7 @@ class ForkServer:
                     f"{seal.RUNTIME_PACKAGE}.fork_server",
                     "--sealed",
                     f"--cgroups={':'.join(self.cgroups)}",
+                    *listen,
                 ],
                 writable=[self.sealed_area, *self.cgroups],
                 cwd=self.sealed_area,
@@ -254,6 +259,7 @@ class ForkServer:
             stdout=subprocess.PIPE,
             env=env,
             start_new_session=True,
+            pass_fds=() if self.listen_fd is None else (self.listen_fd,),
         )
 
     def _answer(self, seconds: float | None = None) -> bytes:
@@ -278,6 +284,8 @@ class ForkServer:
         finally:
             timer.cancel()
         if expired.is_set():
+            if isinstance(proc, _Connection):
+                self.address = None  # a shared server that stopped answering: no second wait for it
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)  # gone before anyone asks whether it is alive
             raise ServerTimeout(f"the fork server did not answer within {seconds:.0f} s, and was stopped")
@@ -348,9 +356,9 @@ class ForkServer:
         return json.loads(line)
 
     def reset(self) -> None:
-        """Sealed: kill every process left in the seal and empty its /tmp (between two jobs)."""
+        """Sealed: kill what the server forked for this worker, and all their processes (between two jobs)."""
         if self.sealed and self.alive():
-            self.request({"op": "reset", "keep": [self.sealed_area]})
+            self.request({"op": "reset"})
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

@@ -17,7 +17,8 @@ and sandboxes; a plain one (``trusted_server``: this loop with the ``trusted`` r
 ``--trusted-only``, which refuses every other request) loads the checks once and forks the trusted
 processes. The worker's side of both is ``fork_client``. The sealed one lives in its own PID
 namespace: the worker names its children by their pid there and asks it to poll or signal them
-(``SealedProcess``); after each job, ``reset`` kills every other process in the namespace.
+(``SealedProcess``); after each job, ``reset`` kills what it forked for the worker (and the PID
+namespaces they lead).
 A server that forks student code imports nothing of the grading package but this module and the
 guard, so no forked process has the hidden reference in memory. Children are in their own process
 group; when the worker goes away (EOF on the pipe) the fork server kills them all and exits.
@@ -29,7 +30,6 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import signal
 import sys
 import time
@@ -69,6 +69,7 @@ def _reap(*_: Any) -> None:
         except ChildProcessError:
             continue
         _children.discard(pid)
+        _owner.pop(pid, None)
         _exited[pid] = os.waitstatus_to_exitcode(status)
         cgroup = _cgroup_of.pop(pid, None)
         if cgroup is not None:
@@ -80,6 +81,7 @@ def _reap(*_: Any) -> None:
 
 
 _children: set[int] = set()
+_owner: dict[int, int] = {}  # a child's worker (the descriptor it asks on): a reset ends that worker's alone
 _cgroup_of: dict[int, str] = {}  # a child's cgroup (sealed, where the worker made cgroups)
 _ended_cgroups: set[str] = set()  # cgroups of children that ended, to be removed
 _inits: dict[int, int] = {}  # a child's PID namespace's process 1 (sealed, root): killed when the child ends
@@ -219,8 +221,6 @@ def _operate(req: dict) -> dict:
                 except OSError:
                     pass
         return {"ok": True}
-    if op == "reset":
-        return {"killed": _reset(req.get("keep") or [])}
     if op == "preload":
         loaded = _preload([m for m in req.get("modules") or [] if m not in sys.modules])
         if loaded:
@@ -252,47 +252,6 @@ def _preload(modules: list[str]) -> list[str]:
         except Exception:  # noqa: BLE001 - a module this machine lacks: the child fails as it would anyway
             pass
     return loaded
-
-
-def _reset(keep: list[str]) -> int:
-    """Kill every process of this PID namespace but its init and this fork server; empty the private /tmp.
-
-    Only meaningful in a sealed fork server (its own PID namespace): a plain one refuses.
-    """
-    if "--sealed" not in sys.argv or not os.path.isdir("/proc"):
-        return 0
-    killed = 0
-    for _ in range(3):
-        found = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
-        if not found:
-            break
-        for p in found:
-            try:
-                os.kill(p, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-        time.sleep(0.02)
-        _reap()
-    _children.clear()
-    _inits.clear()
-    _exited.clear()
-    keep_real = [os.path.realpath(k) for k in keep]
-    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
-        if not os.path.isdir(folder):
-            continue
-        for name in os.listdir(folder):
-            path = os.path.join(folder, name)
-            if name == "matplotlib" or any(k == path or k.startswith(path + os.sep) for k in keep_real):
-                continue
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
-            except OSError:
-                pass
-    return killed
 
 
 def _load_kernel_without_debugger() -> None:
@@ -372,10 +331,7 @@ def serve(load_checks: Any = None) -> None:
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker, which closes us
     listen = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--listen-fd=")), None)
-    if listen is not None and trusted_only:
-        _serve_many(listen)
-    else:
-        _serve_one(trusted_only)
+    _serve(listen, trusted_only)
     for pid in list(_children):
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(OSError):
@@ -387,64 +343,75 @@ def serve(load_checks: Any = None) -> None:
     os._exit(0)
 
 
-def _serve_one(trusted_only: bool) -> None:
-    """Answer the one worker that started this server, on stdin and stdout, until stdin ends."""
-    stdin = sys.stdin.buffer
-    stdout = sys.stdout.buffer
-    stdout.write(b'{"ready": true}\n')
-    stdout.flush()
-    while True:
-        try:
-            line = stdin.readline()
-        except InterruptedError:
-            continue
-        if not line:
-            return
-        stdout.write(json.dumps(_answer(json.loads(line), trusted_only)).encode() + b"\n")
-        stdout.flush()
-
-
-def _serve_many(listen_fd: int) -> None:
-    """Answer every worker that connects to the listening socket ``listen_fd`` (each on its own
-    connection, in the order it asked), until stdin (from the grading run that started this
-    server) ends. Only a trusted-only server is shared: it forks no student code, and the socket
-    lives in a folder only the instructor can open, outside the seal."""
+def _serve(listen_fd: int | None, trusted_only: bool) -> None:
+    """Answer the worker that started this server, on stdin and stdout, until stdin ends; or (a server
+    shared by a grading run's workers) every worker that connects to the listening socket ``listen_fd``,
+    each on its own connection, in the order it asked, until stdin (from the run) ends. A worker's
+    ``reset``, and the end of its connection, kill the children forked for it alone. The socket lives in
+    a folder only the instructor can open, outside the seal, and no child keeps a descriptor of it."""
     import socket
 
-    listener = socket.socket(fileno=listen_fd)
-    stdin = sys.stdin.fileno()
-    pending: dict[socket.socket, bytes] = {}
-    try:
-        while True:
-            ready, _, _ = select.select([stdin, listener, *pending], [], [])
-            if stdin in ready and not os.read(stdin, 4096):
-                return
-            if listener in ready:
-                conn, _ = listener.accept()
-                conn.sendall(b'{"ready": true}\n')
-                pending[conn] = b""
-            for conn in [c for c in ready if c in pending]:
-                try:
-                    data = conn.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:  # that worker is done (or gone): its children end with their jobs
-                    conn.close()
-                    del pending[conn]
-                    continue
-                buffer = pending[conn] + data
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    try:
-                        conn.sendall(json.dumps(_answer(json.loads(line), True)).encode() + b"\n")
-                    except OSError:
-                        break
-                pending[conn] = buffer
-    finally:
-        listener.close()
+    listener = None if listen_fd is None else socket.socket(fileno=listen_fd)
+    peers: dict[int, list] = {}  # a worker's descriptor: [where to answer, what it sent unanswered]
+
+    def greet(read: int, write: int) -> None:
+        peers[read] = [write, b""]
+        _send(write, b'{"ready": true}\n')
+
+    if listener is None:
+        greet(0, 1)
+    while True:
+        ready, _, _ = select.select([0, *peers, *([listener] if listener else [])], [], [])
+        if listener is not None and 0 in ready and not os.read(0, 4096):
+            return
+        if listener is not None and listener in ready:
+            conn = listener.accept()[0].detach()
+            greet(conn, conn)
+        for read in [r for r in ready if r in peers]:
+            write, buffer = peers[read]
+            try:
+                data = os.read(read, 65536)
+            except OSError:
+                data = b""
+            if not data:  # that worker is done (or gone): so are the notebooks it had
+                _end(read)
+                del peers[read]
+                if read == 0:
+                    return
+                os.close(read)
+                continue
+            *lines, peers[read][1] = (buffer + data).split(b"\n")
+            for line in lines:
+                req = json.loads(line)
+                reset = req.get("op") == "reset"
+                answer = {"killed": _end(read)} if reset else _answer(req, trusted_only, read)
+                _send(write, json.dumps(answer).encode() + b"\n")
 
 
-def _answer(req: dict, trusted_only: bool) -> dict:
+def _send(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # a worker gone: its connection ends
+        while data:
+            data = data[os.write(fd, data) :]
+
+
+def _end(worker: int) -> int:
+    """Kill the children forked for this worker, and the PID namespaces they lead; how many ran. (Only
+    children not reaped yet: a pid Linux gave to another worker's child since is that worker's.)"""
+    running = {pid for pid in list(_children) if _owner.get(pid) == worker}
+    for pid in running:
+        for kill, target in ((os.killpg, pid), (os.kill, pid), (os.kill, _inits.get(pid))):
+            if target:
+                with contextlib.suppress(OSError):
+                    kill(target, signal.SIGKILL)
+    for _ in range(10):  # ended (and reaped) before the worker goes on
+        time.sleep(0.01)
+        _reap()
+        if not running & _children:
+            break
+    return len(running)
+
+
+def _answer(req: dict, trusted_only: bool, worker: int) -> dict:
     """One request's answer: an operation's result, or the pid of the child forked for it."""
     global _IN_NEW_PID_NS
     if "op" in req:
@@ -488,6 +455,7 @@ def _answer(req: dict, trusted_only: bool) -> dict:
         os.setpgid(pid, pid)
     _exited.pop(pid, None)  # a pid of this namespace used before
     _children.add(pid)
+    _owner[pid] = worker
     if init is not None:
         _inits[pid] = init
     if cgroup is not None:

@@ -44,7 +44,7 @@ from grader.classroom.grades import (
     write_grades,
 )
 from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
-from grader.classroom.servers import WORKER_MODULES, share_trusted, warm_up
+from grader.classroom.servers import WORKER_MODULES, share_servers, warm_up
 
 
 def classroom_dir() -> Path:
@@ -449,8 +449,8 @@ def grade(
     ex = executors.make(executor, workers, address, initializer=warm_up, preload=preload)
     summary.workers = ex.workers
     bar = None
-    # the local workers share one trusted-only fork server (started before them: they inherit its address)
-    shared = share_trusted(ex.workers) if executor == "local" else None
+    # the local workers share one fork server of each kind (started before them: they inherit the addresses)
+    shared = share_servers(ex.workers) if executor == "local" else []
     writer = None
     try:
         ex.start(len(todo))  # the workers start their fork servers while the gradebook and config are read
@@ -500,8 +500,8 @@ def grade(
                 writer.step(final=True)
     finally:
         ex.close()
-        if shared is not None:
-            shared.close()
+        for server in shared:
+            server.close()
         if bar:
             bar.close()
         summary.seconds = time.perf_counter() - start

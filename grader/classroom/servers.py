@@ -4,29 +4,31 @@
 - ``sealed()``: started inside the seal (``grader.classroom.seal``), forks kernels and sandboxes.
 
 Both are started once per worker process and kept for every job it grades; where the seal
-works, the local workers of one run share a single trusted-only ``plain`` server instead
-(``SharedTrusted``, started by the run, reached on a Unix socket). This module
-imports nothing heavy, so that a new worker starts them before it imports nbgrader: the
-servers load PyTorch while the worker loads the rest.
+works, the local workers of one run share one of each instead (``SharedServer``, started by the run,
+reached on a Unix socket). This module imports nothing heavy, so that a new worker starts them before
+it imports nbgrader: the servers load PyTorch while the worker loads the rest.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
 
 from grader.classroom import seal
 from grader.classroom.executors import RUN_AREA
-from grader.classroom.fork_client import ForkServer, plain_command
+from grader.classroom.fork_client import ForkServer
 from grader.classroom.trees import remove_tree
 
-# the Unix socket of the trusted-only fork server that a grading run shares among its workers
-SHARED_TRUSTED = "ATTENTION_COURSE_TRUSTED_SERVER"
+# where a run's workers find the fork servers they share (their Unix sockets), and the sealed one's area
+SHARED_TRUSTED, SHARED_SEALED = "ATTENTION_COURSE_TRUSTED_SERVER", "ATTENTION_COURSE_SEALED_SERVER"
+SHARED_AREA = "ATTENTION_COURSE_SEALED_AREA"
+SHARED = (SHARED_TRUSTED, SHARED_SEALED, SHARED_AREA)
 # variables a student kernel must not see (they lead to the real gradebook, or the grading run)
-SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID", SHARED_TRUSTED, RUN_AREA)
+SCRUBBED_ENV = ("ATTENTION_COURSE_WORK", "JPY_PARENT_PID", *SHARED, RUN_AREA)
 
 # what a worker loads before its first job (nbgrader, and what the first job would load): imported
 # during the warm-up, or once for all workers by the forkserver they are forked from
@@ -64,80 +66,76 @@ def plain() -> ForkServer:
     return PLAIN
 
 
-class SharedTrusted:
-    """One trusted-only fork server for all the workers of a grading run on this machine (each
-    connects to it instead of starting its own: one PyTorch and checks import fewer per worker).
+class SharedServer:
+    """One fork server of a kind for all the local workers of a grading run (each connects to it instead
+    of starting its own: one PyTorch import fewer per worker): the trusted-only one, or with ``sealed``
+    the one inside the seal, whose area holds every worker's job folders.
 
-    Only where the seal works: that server forks nothing but trusted processes, which run no
-    student code, and its socket is in a folder of this user's that the seal does not show.
-    Workers find it by ``SHARED_TRUSTED`` in their environment; ``close`` stops it.
+    Only where the seal works: the trusted-only server forks nothing but trusted processes, and both
+    sockets are in a folder of this user's that the seal does not show. Workers find them by
+    ``SHARED_TRUSTED``, ``SHARED_SEALED`` and ``SHARED_AREA`` in their environment; ``close`` stops it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sealed: bool = False, workers: int = 2) -> None:
         import socket
-        import subprocess
 
-        self.folder = tempfile.mkdtemp(prefix="classroom-trusted-", dir=seal.short_tmp())
+        self.folder = tempfile.mkdtemp(prefix="classroom-shared-", dir=seal.short_tmp())
         self.address = os.path.join(self.folder, "socket")
+        self._names = (SHARED_SEALED, SHARED_AREA) if sealed else (SHARED_TRUSTED,)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.address)
             listener.listen(64)
-            env = dict(os.environ)
-            for name in ("ATTENTION_COURSE_WORK", SHARED_TRUSTED):
-                env.pop(name, None)
-            env.setdefault("MPLBACKEND", "Agg")
-            self._proc = subprocess.Popen(
-                plain_command(trusted_only=True) + [f"--listen-fd={listener.fileno()}"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                env=env,
-                pass_fds=(listener.fileno(),),
-                start_new_session=True,
-            )
+            hidden = ("ATTENTION_COURSE_WORK", *SHARED)
+            env = kernel_env(None) if sealed else {k: v for k, v in os.environ.items() if k not in hidden}
+            if sealed:
+                env["MPLBACKEND"] = "Agg"
+            area = sealed_area() if sealed else None
+            for i in range(workers if sealed else 0):  # each worker's part of the area (``_claim``)
+                os.makedirs(os.path.join(area, f"part-{i}"), mode=0o700, exist_ok=True)
+                _in_memory(os.path.join(area, f"part-{i}"))
+            self.server = ForkServer(env, area, trusted_only=not sealed, listen_fd=listener.fileno())
+            self.server.begin()
         except OSError:
             remove_tree(self.folder)
             raise
         finally:
             listener.close()  # the server holds it now: connections queue until it serves them
-        self._saved = os.environ.get(SHARED_TRUSTED)
-        os.environ[SHARED_TRUSTED] = self.address
+        self._saved = {name: os.environ.pop(name) for name in self._names if name in os.environ}
+        os.environ.update(zip(self._names, (self.address, area or "")))
 
     def close(self) -> None:
-        if self._saved is None:
-            os.environ.pop(SHARED_TRUSTED, None)
-        else:
-            os.environ[SHARED_TRUSTED] = self._saved
-        try:
-            self._proc.stdin.close()  # the server ends, and kills what it forked
-            self._proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - it did not end in time
-            self._proc.kill()
-            self._proc.wait()
+        for name in self._names:
+            os.environ.pop(name, None)
+        os.environ.update(self._saved)  # as before the run
+        self.server.close()  # the server ends, and kills what it forked
         remove_tree(self.folder)
 
 
-def share_trusted(workers: int) -> SharedTrusted | None:
-    """The shared trusted-only fork server for a run of ``workers`` local workers, where sharing
-    one saves anything (two workers or more) and the seal works; None otherwise."""
-    if workers < 2 or not seal.available()[0]:
-        return None
-    try:
-        return SharedTrusted()
-    except OSError:
-        return None  # each worker starts its own, as with one worker
+def share_servers(workers: int) -> list[SharedServer]:
+    """The fork servers shared by a run of ``workers`` local workers, where sharing saves anything (two
+    workers or more) and the seal works; none otherwise (each worker starts its own)."""
+    shared: list[SharedServer] = []
+    if workers >= 2 and seal.available()[0]:
+        for sealed in (True, False):
+            with contextlib.suppress(OSError):
+                shared.append(SharedServer(sealed, workers))
+    return shared
 
 
-AREA_BYTES = 1 << 30  # where grading runs as root: the most a worker's area holds (in memory)
+AREA_BYTES = 1 << 30  # where grading runs as root: the most a worker's area (or part) holds, in memory
 
 
 def sealed_area() -> str:
-    """This worker's folder that the seal shows (read-write): one sub-folder per job, removed after it.
+    """The folder the seal shows (read-write): a folder per job, removed after it. A worker whose run
+    shares the sealed server has a part of the run's area that no other worker holds (``_claim``).
 
-    Where grading runs as root it is a file system in memory of its own (``AREA_BYTES``), so no
-    notebook can fill the machine's disk; the pages a notebook writes count against its own memory
-    cap (its cgroup). Elsewhere it is a folder on disk."""
+    Where grading runs as root, each is a file system in memory of its own (``AREA_BYTES``), so no
+    notebook can fill the machine's disk or a classmate's area; the pages a notebook writes count
+    against its own memory cap (its cgroup). Elsewhere it is a folder on disk."""
     global _AREA
+    if os.environ.get(SHARED_SEALED) and os.path.isdir(os.environ.get(SHARED_AREA) or ""):
+        return _claim(os.environ[SHARED_AREA])
     if _AREA is None:
         parent = Path(seal.short_tmp()) / f"classroom-sealed-{os.getuid()}"
         parent.mkdir(mode=0o700, exist_ok=True)
@@ -146,12 +144,38 @@ def sealed_area() -> str:
             if pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 _drop_area(str(old))
         _AREA = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
-        if os.geteuid() == 0 and seal.available()[0]:
-            options = f"size={AREA_BYTES},mode=0700".encode()
-            # where Linux refuses (a container that may not mount), the area stays on disk
-            _libc().mount(b"tmpfs", _AREA.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+        _in_memory(_AREA)
         atexit.register(_drop_area, _AREA)
     return _AREA
+
+
+def _in_memory(folder: str) -> None:
+    """Where grading runs as root, make ``folder`` a file system in memory of ``AREA_BYTES`` (where
+    Linux refuses, as in a container that may not mount, it stays on disk)."""
+    if os.geteuid() == 0 and seal.available()[0] and not os.path.ismount(folder):
+        options = f"size={AREA_BYTES},mode=0700".encode()
+        _libc().mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+
+
+_CLAIMED: dict[str, str] = {}
+
+
+def _claim(run_area: str) -> str:
+    """This worker's part of the run's area (``SharedServer`` makes one per worker): the first that no
+    living worker holds (a lock held while this process lives), or a new folder if there is none."""
+    if run_area not in _CLAIMED:
+        for part in sorted(Path(run_area).glob("part-*")):
+            held = os.open(part / ".held", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # kept: released when this process ends
+            except OSError:
+                os.close(held)
+                continue
+            _CLAIMED[run_area] = str(part)
+            break
+        else:
+            _CLAIMED[run_area] = tempfile.mkdtemp(prefix="worker-", dir=run_area)
+    return _CLAIMED[run_area]
 
 
 MS_NOSUID, MS_NODEV, MNT_DETACH = 0x2, 0x4, 0x2
@@ -176,7 +200,7 @@ def sealed() -> ForkServer:
     if SEALED is None:
         env = kernel_env(None)
         env["MPLBACKEND"] = "Agg"
-        SEALED = ForkServer(env, sealed_area=sealed_area())
+        SEALED = ForkServer(env, sealed_area=sealed_area(), address=os.environ.get(SHARED_SEALED))
         atexit.register(SEALED.close)
     return SEALED
 
