@@ -180,7 +180,7 @@ class ForkServer:
     ``address``: a server of this kind shared by the workers of a grading run
     (``grader.classroom.servers.SharedServer``), reached through this Unix socket; if it cannot be
     reached, or once it failed to answer in time, the worker starts its own as before.
-    ``listen_fd``: start a shared one, answering every connection to this listening socket.
+    ``listen_fd``: start a shared one, answering every connection to this listening socket (not stdout).
     """
 
     def __init__(
@@ -256,7 +256,7 @@ class ForkServer:
         return subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if self.listen_fd is None else subprocess.DEVNULL,
             env=env,
             start_new_session=True,
             pass_fds=() if self.listen_fd is None else (self.listen_fd,),
