@@ -186,10 +186,8 @@ class GuardedExecute(Execute):
         elif isinstance(e, CellTimeoutError):
             ename, why = "CellTimeoutError", "the cell ran past its time limit"
         elif isinstance(e, DeadKernelError) or "died" in str(e).lower():
-            ename, why = (
-                "KernelDied",
-                ("the kernel died while running this cell (os._exit, exit(), a crash, or the memory limit)"),
-            )
+            why = "the kernel died while running this cell (os._exit, exit(), a crash, or the memory limit)"
+            ename = "KernelDied"
         else:
             ename, why = "KernelDied", f"the kernel stopped: {type(e).__name__}: {e}"
         if isinstance(e, kernels.KernelTampered) and _CONTEXT:
@@ -243,24 +241,18 @@ def _course_config(root: Path, lesson_id: str, options: Options, gradebook: Path
     cfg.Execute.shutdown_kernel = "immediate"
     # the notebook is validated once after nbgrader's steps, not after each of its dozen steps
     cfg.Exporter.optimistic_validation = True
-    cfg.OverwriteCells.add_missing_cells = True
     cfg.Autograde.autograde_preprocessors = list(JOB_PREPROCESSORS)
     cfg.Autograde.pre_convert_hook = None  # the job's private gradebook was made with its lesson in it
     return cfg
 
 
 # what nbgrader runs after sanitizing a submission (nbgrader_config.py names the same list)
-AUTOGRADE_PREPROCESSORS = (
-    "grader.classroom.autograde.IndependentChecks",
-    "grader.classroom.autograde.GuardedExecute",
-    "grader.classroom.verdicts.ApplyVerdicts",
-    "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "grader.classroom.cells.CapOutputs",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
+AUTOGRADE_PREPROCESSORS = tuple(
+    "grader.classroom.autograde.IndependentChecks grader.classroom.autograde.GuardedExecute "
+    "grader.classroom.verdicts.ApplyVerdicts nbgrader.preprocessors.IgnorePattern "
+    "nbconvert.preprocessors.ClearMetadataPreprocessor nbgrader.preprocessors.LimitOutput "
+    "grader.classroom.cells.CapOutputs nbgrader.preprocessors.SaveAutoGrades "
+    "nbgrader.preprocessors.AssignLatePenalties nbgrader.preprocessors.CheckCellMetadata".split()
 )
 # what a job leaves out: it grades into a throw-away copy of the gradebook, and the run applies
 # these two to the final notebook in the course's gradebook (grades.write_grades)
@@ -330,11 +322,8 @@ def _gradebook_with_submission(template: bytes, lesson_id: str) -> bytes:
 def _test_cell_notes(submitted: Any, lesson: lessons.Lesson) -> list[str]:
     """Which test cells the student deleted or edited (nbgrader puts them back)."""
     notes = []
-    found = {}
-    for cell in submitted.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid:
-            found[gid] = cell
+    grade_ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in submitted.cells]
+    found = {gid: cell for gid, cell in zip(grade_ids, submitted.cells) if gid}
     for test in lesson.tests:
         cell = found.get(test.grade_id)
         if cell is None:
@@ -444,17 +433,8 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     gradebook.write_bytes(_gradebook_with_submission(job.template, job.lesson))
     deny = (list(opts.protect) or default_protected()) + [str(_private_area())]
     autograded_dir = course_dir / "autograded" / PRIVATE_STUDENT / job.lesson
-    begin(
-        root,
-        lesson,
-        opts,
-        deny,
-        autograded_dir,
-        job=True,
-        timestamp=job.timestamp,
-        student=job.student,
-        submission=_digest(job.notebook),
-    )
+    who = dict(timestamp=job.timestamp, student=job.student, submission=_digest(job.notebook))
+    begin(root, lesson, opts, deny, autograded_dir, job=True, **who)
     t0 = time.perf_counter()
     try:
         from nbgrader.apps import NbGraderAPI
@@ -500,7 +480,6 @@ def _grade(job: Job, lesson: lessons.Lesson, root: Path, result: JobResult) -> N
     if repairs:
         statuses.add("repaired")
     result.status = worst(statuses)
-    result.score = float(sum(c.score for c in result.cells))
     _score_cells(nb, result)
 
 

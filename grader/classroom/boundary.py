@@ -103,16 +103,9 @@ def _install_seccomp(program: bytes) -> None:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     prog = Prog(len(program) // 8, ctypes.addressof(buffer))
-    _check(
-        _LIBC.prctl(
-            PR_SET_SECCOMP,
-            ctypes.c_ulong(SECCOMP_MODE_FILTER),
-            ctypes.byref(prog),
-            ctypes.c_ulong(0),
-            ctypes.c_ulong(0),
-        ),
-        "seccomp filter",
-    )
+    zero = ctypes.c_ulong(0)
+    result = _LIBC.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), zero, zero)
+    _check(result, "seccomp filter")
 
 
 # ---------------------------------------------------------------- privileges
@@ -452,9 +445,8 @@ def _read_only(path: str) -> None:
     in a user namespace); the mounts below it stay as they are."""
     flags = MS_REMOUNT | MS_BIND | MS_RDONLY
     have = os.statvfs(path).f_flag
-    for st, ms in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)):
-        flags |= ms if have & st else 0
-    for st, ms in ((os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000)):
+    kept = [(os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)]
+    for st, ms in kept + [(os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000)]:
         flags |= ms if have & st else 0
     _check(_LIBC.mount(None, path.encode(), None, flags, None), f"read-only {path}")
 

@@ -225,21 +225,19 @@ def release_from_gradebook(gradebook: Any, notebook_id: str, assignment_id: str)
     grades = {c.name: float(c.max_score) for c in source_nb.grade_cells}
     tasks = {c.name: float(c.max_score) for c in source_nb.task_cells}
     solutions = {c.name for c in source_nb.solution_cells}
-    out = []
-    for cell in source_nb.source_cells:
-        out.append(
-            ReleaseCell(
-                name=cell.name,
-                cell_type=cell.cell_type,
-                source=cell.source,
-                grade=cell.name in grades,
-                solution=cell.name in solutions,
-                locked=bool(cell.locked),
-                task=cell.name in tasks,
-                points=grades.get(cell.name, tasks.get(cell.name, 0.0)),
-            )
+    return [
+        ReleaseCell(
+            name=cell.name,
+            cell_type=cell.cell_type,
+            source=cell.source,
+            grade=cell.name in grades,
+            solution=cell.name in solutions,
+            locked=bool(cell.locked),
+            task=cell.name in tasks,
+            points=grades.get(cell.name, tasks.get(cell.name, 0.0)),
         )
-    return out
+        for cell in source_nb.source_cells
+    ]
 
 
 class RestoreCells(OverwriteCells):

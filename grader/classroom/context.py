@@ -23,18 +23,10 @@ _CONTEXT: dict[str, Any] = {}  # the job being graded (read by the preprocessors
 # ------------------------------------------------------------------ statuses
 
 SYNTAX = ("SyntaxError", "IndentationError", "TabError")
-SEVERITY = [
-    "invalid notebook",
-    "kernel died",
-    "timed out",
-    "out of memory",
-    "exited",
-    "not verified",
-    "syntax error",
-    "not attempted",
-    "repaired",
-    "graded",
-]
+SEVERITY = (
+    "invalid notebook|kernel died|timed out|out of memory|exited|not verified|syntax error|not attempted|"
+    "repaired|graded"
+).split("|")
 
 
 def _is_memory_error(ename: str, evalue: str) -> bool:

@@ -313,12 +313,7 @@ class LocalExecutor(Executor):
     def _late(in_flight: dict, running_since: dict, deadline: float, now: float) -> list:
         """The futures running for longer than ``deadline`` (a future counts from when it is seen
         running: queued ones wait their turn)."""
-        late = []
-        for fut in in_flight:
-            if fut.running():
-                if now - running_since.setdefault(fut, now) > deadline:
-                    late.append(fut)
-        return late
+        return [f for f in in_flight if f.running() and now - running_since.setdefault(f, now) > deadline]
 
     @staticmethod
     def _stop_pools(pools: list) -> None:

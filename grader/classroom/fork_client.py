@@ -21,7 +21,17 @@ import time
 from typing import Any
 
 
-class ForkedProcess:
+class _Signals:
+    def kill(self) -> None:
+        """SIGKILL through the pidfd or the fork server (never by the bare id, which may belong to another
+        process by now); its fork server then kills the rest of its process group when it reaps it."""
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class ForkedProcess(_Signals):
     """A Popen look-alike for a process forked by the fork server (not our child).
 
     Exit is observed with a pidfd, which works for any process; the exit code is
@@ -63,16 +73,8 @@ class ForkedProcess:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._fd, sig)
 
-    def kill(self) -> None:
-        """SIGKILL through the pidfd (never by the bare id, which may belong to another process by
-        now); its fork server then kills the rest of its process group when it reaps it."""
-        self.send_signal(signal.SIGKILL)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-class SealedProcess:
+class SealedProcess(_Signals):
     """A Popen look-alike for a child of a sealed fork server, known only by its pid in the seal.
 
     That pid means nothing outside (another PID namespace): every question and
@@ -106,19 +108,6 @@ class SealedProcess:
         if self.returncode is None:
             with contextlib.suppress(RuntimeError):
                 self._fork_server.request({"op": "signal", "pid": self.pid, "signal": int(sig)})
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-def plain_command(trusted_only: bool) -> list[str]:
-    """The command of a fork server outside the seal (``--trusted-only``: forks trusted processes only)."""
-    return [sys.executable, "-m", "grader.classroom.trusted_server"] + (
-        ["--trusted-only"] if trusted_only else []
-    )
 
 
 class _Connection:
@@ -233,25 +222,19 @@ class ForkServer:
         env = dict(self._env or os.environ)
         env.setdefault("MPLBACKEND", "Agg")
         listen = [] if self.listen_fd is None else [f"--listen-fd={self.listen_fd}"]
-        cmd = plain_command(self.trusted_only) + listen
+        # outside the seal (``--trusted-only``: forks trusted processes only)
+        trusted_only = ["--trusted-only"] if self.trusted_only else []
+        cmd = [sys.executable, "-m", "grader.classroom.trusted_server", *trusted_only, *listen]
         if self.sealed_area is not None:
             from grader.classroom import boundary, seal
 
             env = seal.sealed_env(env)
             if self.cgroups is None:
                 self.cgroups = boundary.make_cgroups()
+            argv = [sys.executable, "-m", f"{seal.RUNTIME_PACKAGE}.fork_server", "--sealed"]
+            argv += [f"--cgroups={':'.join(self.cgroups)}", *listen]
             cmd = seal.command(
-                [
-                    sys.executable,
-                    "-m",
-                    f"{seal.RUNTIME_PACKAGE}.fork_server",
-                    "--sealed",
-                    f"--cgroups={':'.join(self.cgroups)}",
-                    *listen,
-                ],
-                writable=[self.sealed_area, *self.cgroups],
-                cwd=self.sealed_area,
-                env=env,
+                argv, writable=[self.sealed_area, *self.cgroups], cwd=self.sealed_area, env=env
             )
         return subprocess.Popen(
             cmd,

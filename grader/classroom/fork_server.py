@@ -159,7 +159,9 @@ def _run_kernel(req: dict) -> None:
     app = IPKernelApp.instance()
     app.initialize(req["argv"])
     guard.limit_memory(req.get("memory"), beyond_now=True)
-    _store_errors_plainly(app.shell)
+    # IPython formats every error of a cell twice: for the output, and for its session history (read only
+    # by ``%notebook``); the history keeps Python's plain traceback instead (a millisecond, not tens)
+    app.shell._format_exception_for_storage = _plain_error_record
     app.start()
 
 
@@ -172,15 +174,6 @@ def _plain_error_record(exception: BaseException, *_: Any, **__: Any) -> dict:
         "evalue": str(exception),
         "traceback": traceback.format_exception(type(exception), exception, exception.__traceback__),
     }
-
-
-def _store_errors_plainly(shell: Any) -> None:
-    """IPython (8.x and later) formats every error of a cell twice: for the output the student sees,
-    and again for its session history (read only by ``%notebook``). A grading kernel's history
-    keeps Python's plain traceback instead, which costs a millisecond, not tens: the error output in
-    the graded notebook and the feedback are IPython's, as before."""
-    if shell is not None and hasattr(type(shell), "_format_exception_for_storage"):
-        shell._format_exception_for_storage = _plain_error_record
 
 
 def _open_pipes(pipes: dict, sandbox_side: bool) -> tuple[int, int]:

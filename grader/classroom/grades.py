@@ -10,11 +10,13 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from grader import course
-from grader.classroom import gradebooks, lessons
+from grader.classroom import lessons
 
 # ------------------------------------------------------------------ the course's gradebook
 
@@ -146,7 +148,7 @@ def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | N
     warnings.filterwarnings("ignore", message=".*not in session.*")
     cfg = course_config()
     with Gradebook(url, course_id) as gb:
-        with gradebooks.one_transaction(gb), gradebooks.lent(gb, url):
+        with one_transaction(gb), lent(gb, url):
             for lesson, student, timestamp, notebook in entries:
                 gb.update_or_create_student(student)
                 if timestamp:
@@ -193,3 +195,73 @@ def graded_in_gradebook() -> set[tuple[str, str]]:
             return {(r[0], r[1]) for r in rows}
         except sqlite3.OperationalError:
             return set()
+
+
+# ------------------------------------------------------------------ a batch in one transaction
+
+
+@contextmanager
+def one_transaction(gb: Any) -> Iterator[None]:
+    """Make what nbgrader does with the open ``Gradebook`` ``gb`` one transaction, committed at the end.
+
+    nbgrader commits after nearly every change (a dozen times per notebook recorded); inside this
+    block each of its commits sends the changes and expires every loaded object, as a commit does,
+    so that what it reads next is re-read from the database, but the transaction stays open: the
+    block's changes are written at once at its end, or none of them if it raises.
+    """
+    session = gb.db
+
+    def commit() -> None:
+        session.flush()
+        session.expire_all()
+
+    session.commit = commit
+    try:
+        yield
+    except BaseException:
+        del session.commit
+        session.rollback()
+        raise
+    del session.commit
+    session.commit()
+
+
+@contextmanager
+def lent(gb: Any, url: str) -> Iterator[None]:
+    """Let nbgrader's SaveAutoGrades and AssignLatePenalties use the open ``Gradebook`` ``gb`` (of the
+    database at ``url``) where each would open one of its own, so that they join its transaction.
+
+    Opening one also makes sure the course it names exists (``check_course``): so does this.
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.preprocessors import latesubmissions, saveautogrades
+
+    class Lent:
+        """``gb`` as the preprocessor's own gradebook: closing it leaves it open."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(gb, name)
+
+        def __enter__(self) -> Lent:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    def open_gradebook(db_url: str, course_id: str = "default_course", authenticator: Any = None) -> Any:
+        if db_url != url:
+            return Gradebook(db_url, course_id, authenticator)
+        gb.check_course(course_id=course_id)
+        return Lent()
+
+    modules = (saveautogrades, latesubmissions)
+    for module in modules:
+        module.Gradebook = open_gradebook
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.Gradebook = Gradebook

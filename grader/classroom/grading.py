@@ -47,12 +47,8 @@ from grader.classroom.jobs import Job, JobResult, Options, default_protected, di
 from grader.classroom.servers import WORKER_MODULES, share_servers, warm_up
 
 
-def classroom_dir() -> Path:
-    return course.work_dir() / "classroom"
-
-
 def results_dir() -> Path:
-    return classroom_dir() / "results"
+    return course.work_dir() / "classroom" / "results"
 
 
 def record_path(lesson: str, student: str) -> Path:

@@ -24,49 +24,25 @@ import sys
 from typing import Any
 
 # events that start programs, load native code or open the network
-PROCESS_EVENTS = (
-    "subprocess.Popen",
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.fork",
-    "os.forkpty",
-    "pty.spawn",
-    "os.startfile",
+PROCESS_EVENTS = tuple(
+    "subprocess.Popen os.system os.exec os.posix_spawn os.spawn os.fork os.forkpty pty.spawn os.startfile".split()
 )
 NATIVE_EVENTS = ("ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle")
 NETWORK_EVENTS = ("socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo")
 
 # event -> positions of its path arguments, and whether the event changes the file system
+_CHANGES = (
+    "os.remove os.rmdir os.truncate os.chmod os.chown os.utime os.mkdir os.chflags os.setxattr os.removexattr "
+    "shutil.rmtree shutil.make_archive sqlite3.connect"
+)
+_READS = "os.listdir os.scandir os.chdir glob.glob os.getxattr os.listxattr"
+_COPIES = "os.link os.symlink shutil.copyfile shutil.copytree shutil.unpack_archive"  # from a path, to a path
 PATH_EVENTS = {
     "open": ((0, None),),  # reading or writing: decided by its mode and flags
-    "os.rename": ((0, True), (1, True)),
-    "os.remove": ((0, True),),
-    "os.rmdir": ((0, True),),
-    "os.link": ((0, False), (1, True)),
-    "os.symlink": ((0, False), (1, True)),
-    "os.truncate": ((0, True),),
-    "os.chmod": ((0, True),),
-    "os.chown": ((0, True),),
-    "os.utime": ((0, True),),
-    "os.mkdir": ((0, True),),
-    "os.chflags": ((0, True),),
-    "os.setxattr": ((0, True),),
-    "os.removexattr": ((0, True),),
-    "shutil.copyfile": ((0, False), (1, True)),
-    "shutil.copytree": ((0, False), (1, True)),
-    "shutil.rmtree": ((0, True),),
-    "shutil.move": ((0, True), (1, True)),
-    "shutil.make_archive": ((0, True),),
-    "shutil.unpack_archive": ((0, False), (1, True)),
-    "sqlite3.connect": ((0, True),),
-    "os.listdir": ((0, False),),
-    "os.scandir": ((0, False),),
-    "os.chdir": ((0, False),),
-    "glob.glob": ((0, False),),
-    "os.getxattr": ((0, False),),
-    "os.listxattr": ((0, False),),
+    **dict.fromkeys(_CHANGES.split(), ((0, True),)),
+    **dict.fromkeys(_READS.split(), ((0, False),)),
+    **dict.fromkeys(_COPIES.split(), ((0, False), (1, True))),
+    **dict.fromkeys(["os.rename", "shutil.move"], ((0, True), (1, True))),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 

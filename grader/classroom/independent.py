@@ -145,10 +145,7 @@ def _start_checks(ctx: dict, job: dict) -> None:
     box_proc = None
     pipes = None
     if sealed:  # the sandbox is forked in the seal; the trusted process outside talks to it by named pipes
-        pipes = {
-            "to_sandbox": str(box / "pipes" / "to_sandbox"),
-            "from_sandbox": str(box / "pipes" / "from_sandbox"),
-        }
+        pipes = {name: str(box / "pipes" / name) for name in ("to_sandbox", "from_sandbox")}
         for path in pipes.values():
             os.mkfifo(path, 0o600)
         box_proc = servers.sealed().fork(
@@ -206,21 +203,8 @@ def _sandbox_readable() -> list[str]:
         helpers = Path(attention_course.__file__).resolve().parent
         paths.update({str(helpers), str(helpers.parent / "data")})
         home = Path.home()
-        paths.update({str(home / ".cache" / "matplotlib"), str(home / ".config" / "matplotlib")})
-        paths.update(
-            {
-                "/usr",
-                "/lib",
-                "/lib64",
-                "/etc",
-                "/proc",
-                "/sys",
-                os.devnull,
-                "/dev/urandom",
-                "/dev/random",
-                "/dev/zero",
-            }
-        )
+        paths.update({str(home / ".cache" / "matplotlib"), str(home / ".config" / "matplotlib"), os.devnull})
+        paths.update("/usr /lib /lib64 /etc /proc /sys /dev/urandom /dev/random /dev/zero".split())
         paths.update(str(p) for p in Path("/dev").glob("nvidia*"))  # CUDA
         if os.environ.get("ATTENTION_COURSE_DATA"):
             paths.add(os.environ["ATTENTION_COURSE_DATA"])

@@ -60,13 +60,6 @@ class KernelSettings:
 SETTINGS = KernelSettings()
 
 
-def sealing() -> bool:
-    """Whether the next kernel starts inside the seal."""
-    if SETTINGS.sealed is not None:
-        return SETTINGS.sealed
-    return seal.available()[0]
-
-
 def kill_all() -> None:
     """Kill every kernel started for the current job (and whatever they started).
 
@@ -141,9 +134,8 @@ class GuardedKernelClient(AsyncKernelClient):
     """
 
     shell_channel_class = Type(SteppedShellChannel)
-    tampered: str | None = (
-        None  # why the kernel cannot be trusted to run the notebook (GuardedExecute stops it)
-    )
+    # why the kernel cannot be trusted to run the notebook (GuardedExecute stops it)
+    tampered: str | None = None
 
     @default("context")
     def _default_context(self) -> zmq.asyncio.Context:
@@ -208,7 +200,7 @@ class GuardedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self._sealed_dir: str | None = None
         self._own_area: str | None = None
-        if sealing():
+        if SETTINGS.sealed if SETTINGS.sealed is not None else seal.available()[0]:  # inside the seal
             area = SETTINGS.area
             if area is None or not os.path.isdir(area):
                 area = self._own_area = tempfile.mkdtemp(prefix="sealed-kernel-", dir=seal.short_tmp())

@@ -182,10 +182,9 @@ def _read(path: Path) -> Lesson:
             if m:
                 checks[cell.grade_id] = m.group(2)
     kernel = (nb.metadata.get("kernelspec") or {}).get("name") or "python3"
-    lesson = Lesson(
+    return Lesson(
         path.parent.name, path, cells, names, _digest_of(raw), checks, release, kernel, tuple(imports)
     )
-    return lesson
 
 
 @cache

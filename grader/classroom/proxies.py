@@ -344,34 +344,26 @@ class Proxy:
         self._forbidden: list[str] = []
         self._called: list[str] = []
 
-    def substituted(self, mapping: dict[str, Callable[..., Any]]) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def substituted(self, mapping: dict[str, Callable[..., Any]]) -> Iterator[Proxy]:
         """While active, the names in ``mapping`` that the student's code calls run ``mapping[name]`` here."""
+        before = self._substitutes
+        self._substitutes = {**before, **mapping}
+        try:
+            yield self
+        finally:
+            self._substitutes = before
 
-        @contextlib.contextmanager
-        def active() -> Iterator[Proxy]:
-            before = self._substitutes
-            self._substitutes = {**before, **mapping}
-            try:
-                yield self
-            finally:
-                self._substitutes = before
-
-        return active()
-
-    def forbidding(self, names: list[str]) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def forbidding(self, names: list[str]) -> Iterator[list[str]]:
         """While active, the student's code runs with these functions watched; the value is the list of
         those it called."""
-
-        @contextlib.contextmanager
-        def active() -> Iterator[list[str]]:
-            before, calls = (self._forbidden, self._called), []
-            self._forbidden, self._called = [str(n) for n in names], calls
-            try:
-                yield calls
-            finally:
-                self._forbidden, self._called = before
-
-        return active()
+        before, calls = (self._forbidden, self._called), []
+        self._forbidden, self._called = [str(n) for n in names], calls
+        try:
+            yield calls
+        finally:
+            self._forbidden, self._called = before
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         opaque = _first_opaque((args, kwargs))

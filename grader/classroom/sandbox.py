@@ -109,14 +109,9 @@ def plain(x: Any, depth: int = 0) -> Any:
         return x
     if isinstance(x, torch.Size):
         return tuple(int(v) for v in x)
-    if isinstance(x, bool):
-        return bool(x)
-    if isinstance(x, int):
-        return int(x)
-    if isinstance(x, float):
-        return float(x)
-    if isinstance(x, str):
-        return str(x)
+    for kind in (int, float, str):  # subclasses (numpy.float64, an IntEnum) as the plain type
+        if isinstance(x, kind):
+            return kind(x)
     if type(x).__module__ == "numpy" and hasattr(x, "item") and getattr(x, "ndim", None) == 0:
         return plain(x.item(), depth + 1)
     if isinstance(x, tuple):
@@ -148,6 +143,11 @@ class _Shell:
 
 
 SHELL = _Shell()
+
+
+def new_namespace() -> dict[str, Any]:
+    """A fresh ``__main__`` namespace, as a notebook's cells run in (``get_ipython`` a stand-in)."""
+    return {"__name__": "__main__", "__builtins__": builtins, "get_ipython": lambda: SHELL}
 
 
 def python_source(source: str) -> str:
@@ -212,11 +212,7 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
     guard.install(cfg["guard"])
     timeout = float(cfg.get("cell_timeout", 60))
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
-    namespace: dict[str, Any] = {
-        "__name__": "__main__",
-        "__builtins__": builtins,
-        "get_ipython": lambda: SHELL,
-    }
+    namespace = new_namespace()
     while True:
         try:
             request = pickle.loads(receive(rfd))

@@ -42,58 +42,26 @@ from pathlib import Path
 OFF_VARIABLE = "ATTENTION_COURSE_NO_SEAL"
 RUNTIME = "/opt/course_runtime"  # where the runtime package is mounted inside the seal
 RUNTIME_PACKAGE = "course_runtime"
-RUNTIME_MODULES = (
-    "__init__.py",
-    "guard.py",
-    "sandbox.py",
-    "fork_server.py",
-    "kernel_launcher.py",
-    "seccomp.py",
-    "boundary.py",
+RUNTIME_MODULES = tuple(
+    "__init__.py guard.py sandbox.py fork_server.py kernel_launcher.py seccomp.py boundary.py".split()
 )
 SEALED = "sealed"
 NOT_SEALED = "not sealed"
 
 # files and folders of /etc that Python, torch and matplotlib read (when present)
-ETC = (
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "passwd",
-    "group",
-    "nsswitch.conf",
-    "localtime",
-    "timezone",
-    "fonts",
-    "ssl",
-    "ca-certificates",
-    "alternatives",
-    "mime.types",
-    "host.conf",
-    "hosts",
-    "matplotlibrc",
+ETC = tuple(
+    "ld.so.cache ld.so.conf ld.so.conf.d passwd group nsswitch.conf localtime timezone fonts ssl "
+    "ca-certificates alternatives mime.types host.conf hosts matplotlibrc".split()
 )
 # variables a sealed process may inherit (everything else is dropped)
-KEPT_ENV = (
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "MPLBACKEND",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "CUDA_VISIBLE_DEVICES",
-    "NBGRADER_EXECUTION",
-    "TMPDIR",
-    "IPYTHONDIR",
-    "ATTENTION_COURSE_DATA",
-    "PYTHONHASHSEED",
+KEPT_ENV = tuple(
+    "LANG LC_ALL TZ MPLBACKEND OMP_NUM_THREADS MKL_NUM_THREADS CUDA_VISIBLE_DEVICES NBGRADER_EXECUTION TMPDIR "
+    "IPYTHONDIR ATTENTION_COURSE_DATA PYTHONHASHSEED".split()
 )
 
 
 def short_tmp() -> str:
     """A temporary folder with a short path: a kernel's IPC sockets live below it (at most 107 bytes)."""
-    import tempfile
-
     default = tempfile.gettempdir()
     if len(default) <= 24 or not os.access("/tmp", os.W_OK):
         return default
@@ -105,6 +73,7 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+@functools.lru_cache(maxsize=1)
 def _trial() -> tuple[bool, str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
@@ -120,18 +89,13 @@ def _trial() -> tuple[bool, str]:
     return True, "bubblewrap"
 
 
-@functools.lru_cache(maxsize=1)
-def _cached_trial() -> tuple[bool, str]:
-    return _trial()
-
-
 def available() -> tuple[bool, str]:
     """Whether student code can be sealed here, and why not when it cannot."""
     if os.environ.get(OFF_VARIABLE, "").strip() not in ("", "0"):
         return False, f"turned off by {OFF_VARIABLE}"
     if not sys.platform.startswith("linux"):
         return False, f"bubblewrap needs Linux (this is {sys.platform})"
-    return _cached_trial()
+    return _trial()
 
 
 def unsealed_refusal() -> str | None:
@@ -430,18 +394,14 @@ def explorer_titles(package: Path) -> dict[str, str]:
     return titles
 
 
-def stand_in_source(titles: dict[str, str]) -> str:
-    """The ``__init__.py`` of the explorers' stand-in: each entry point returns what it shows while graded."""
-    definitions = "\n".join(f"{name} = _explorer({name!r})" for name in titles)
-    return STAND_IN.format(names=list(titles), titles=titles, text=GRADED_TEXT, definitions=definitions)
-
-
 @functools.lru_cache(maxsize=1)
 def _stand_in_text() -> str:
+    """The ``__init__.py`` of the explorers' stand-in: each entry point returns what it shows while graded."""
     titles: dict[str, str] = {}
     for package in student_packages():
         titles = titles or explorer_titles(package / EXPLORERS)
-    return stand_in_source(titles)
+    definitions = "\n".join(f"{name} = _explorer({name!r})" for name in titles)
+    return STAND_IN.format(names=list(titles), titles=titles, text=GRADED_TEXT, definitions=definitions)
 
 
 def graded_explorers() -> str:

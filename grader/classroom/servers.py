@@ -153,8 +153,10 @@ def _in_memory(folder: str) -> None:
     """Where grading runs as root, make ``folder`` a file system in memory of ``AREA_BYTES`` (where
     Linux refuses, as in a container that may not mount, it stays on disk)."""
     if os.geteuid() == 0 and seal.available()[0] and not os.path.ismount(folder):
+        from grader.classroom.boundary import _LIBC, MS_NODEV, MS_NOSUID
+
         options = f"size={AREA_BYTES},mode=0700".encode()
-        _libc().mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+        _LIBC.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options)
 
 
 _CLAIMED: dict[str, str] = {}
@@ -178,19 +180,12 @@ def _claim(run_area: str) -> str:
     return _CLAIMED[run_area]
 
 
-MS_NOSUID, MS_NODEV, MNT_DETACH = 0x2, 0x4, 0x2
-
-
-def _libc():
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _drop_area(area: str) -> None:
     """Remove a worker's area, whatever its notebooks left there (its file system with it)."""
     if os.path.ismount(area):
-        _libc().umount2(area.encode(), MNT_DETACH)
+        from grader.classroom.boundary import _LIBC
+
+        _LIBC.umount2(area.encode(), 2)  # MNT_DETACH
     remove_tree(area)
 
 

@@ -20,46 +20,15 @@ import re
 from pathlib import Path
 
 # modules whose attributes a submission has no business replacing
-PROTECTED = {
-    "numpy",
-    "torch",
-    "math",
-    "cmath",
-    "builtins",
-    "operator",
-    "grader",
-    "attention_course",
-    "unittest",
-    "numbers",
-    "IPython",
-    "nbgrader",
-    "functools",
-    "warnings",
-    "traceback",
-}
+PROTECTED = set(
+    "numpy torch math cmath builtins operator grader attention_course unittest numbers IPython nbgrader "
+    "functools warnings traceback".split()
+)
 # built-in names whose rebinding looks like an attempt to fool a check
-WATCHED_BUILTINS = {
-    "isinstance",
-    "issubclass",
-    "AssertionError",
-    "BaseException",
-    "Exception",
-    "bool",
-    "callable",
-    "type",
-    "hasattr",
-    "getattr",
-    "setattr",
-    "__import__",
-    "__builtins__",
-    "compile",
-    "exec",
-    "eval",
-    "float",
-    "abs",
-    "all",
-    "any",
-}
+WATCHED_BUILTINS = set(
+    "isinstance issubclass AssertionError BaseException Exception bool callable type hasattr getattr setattr "
+    "__import__ __builtins__ compile exec eval float abs all any".split()
+)
 TEXT_SIGNS = [
     (re.compile(r"\bgrader\b"), "mentions the grading package (grader)"),
     (re.compile(r"gradebook", re.I), "mentions the gradebook"),
@@ -196,21 +165,10 @@ class _Visitor(ast.NodeVisitor):
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("vars", "globals")
-        ):
-            return None
         if not isinstance(node, ast.Name):
             return None
-        base = self.aliases.get(node.id)
-        if base is None:
-            if node.id == "__builtins__":
-                base = "builtins"
-            else:
-                return None
-        return ".".join([base, *reversed(parts)])
+        base = self.aliases.get(node.id) or ("builtins" if node.id == "__builtins__" else None)
+        return None if base is None else ".".join([base, *reversed(parts)])
 
     def _protected(self, dotted: str | None) -> bool:
         return dotted is not None and dotted.split(".")[0] in PROTECTED

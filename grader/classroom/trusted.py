@@ -32,7 +32,6 @@ the job's ``result_path``.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import json
 import os
@@ -44,7 +43,7 @@ from typing import Any
 
 from grader.classroom import guard
 from grader.classroom.proxies import Proxy, Sandbox, SandboxGone, Unverifiable, _message, decode
-from grader.classroom.sandbox import SHELL, python_source
+from grader.classroom.sandbox import new_namespace, python_source
 
 # ------------------------------------------------------------------ the evaluation
 
@@ -155,11 +154,7 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
     """Run the plan; return the verdict of every test cell."""
     timeout = float(job.get("cell_timeout", 60))
     names = list(job.get("graded_names", []))
-    namespace: dict[str, Any] = {
-        "__name__": "__main__",
-        "__builtins__": builtins,
-        "get_ipython": lambda: SHELL,
-    }
+    namespace = new_namespace()
     verdicts: dict[str, dict] = {}
     sandbox_errors: list[str] = []
 

@@ -220,14 +220,13 @@ def _stream_note(text: str) -> NotebookNode:
 
 def _stderr_as_note(outputs: list) -> list:
     """The outputs with everything written to stderr turned into one short stdout note, where it began."""
-    written = "".join(
-        "".join(o.get("text", "")) if isinstance(o.get("text"), list) else str(o.get("text", ""))
-        for o in outputs
-        if o.get("output_type") == "stream" and o.get("name") == "stderr"
-    )
-    if not any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in outputs):
+    stderr = [
+        i for i, o in enumerate(outputs) if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    ]
+    if not stderr:
         return list(outputs)
-    lines = written.splitlines()
+    texts = [outputs[i].get("text", "") for i in stderr]
+    lines = "".join("".join(t) if isinstance(t, list) else str(t) for t in texts).splitlines()
     shown: list[str] = []
     size = 0
     for line in lines[:NOTE_LINES]:
@@ -240,15 +239,8 @@ def _stderr_as_note(outputs: list) -> list:
         size += len(line) + 1
     more = len(lines) - len(shown)
     text = "\n".join([STDERR_NOTE, *shown] + ([f"... ({more} more lines)"] if more > 0 else []))
-    out, placed = [], False
-    for o in outputs:
-        if o.get("output_type") == "stream" and o.get("name") == "stderr":
-            if not placed:
-                out.append(_stream_note(text))
-                placed = True
-            continue
-        out.append(o)
-    return out
+    rest = [o for i, o in enumerate(outputs) if i not in stderr]
+    return rest[: stderr[0]] + [_stream_note(text)] + rest[stderr[0] :]
 
 
 # ------------------------------------------------------------------ after the student's code
