@@ -22,6 +22,11 @@ first run alone.
     python benchmarks/grading.py                            # lesson 01, classes of 5 and 45, 3 repetitions
     python benchmarks/grading.py --sizes 5 --repeat 1
     python benchmarks/grading.py --lessons all --sizes 22
+    python benchmarks/grading.py --busy 1                   # with a CPU-bound process beside (a busy laptop)
+
+``--busy N`` keeps N CPU-bound processes (``while True: pass``) running through every run, both
+sides alike. On Linux it also prints each side's CPU time per notebook (the whole machine's, so
+only without ``--busy``), and the ratio that CPU time allows on this machine's cores.
 """
 
 from __future__ import annotations
@@ -132,6 +137,18 @@ def run_plain(work: Path, lessons: list[str], timeout: int) -> float:
     return time.perf_counter() - start
 
 
+def busy_cpu() -> float | None:
+    """CPU seconds the whole machine has spent busy since it started (Linux; None elsewhere). A
+    side's delta counts every process it started, forked servers and kernels included (and, on a
+    busy machine, others' work too: read it on a quiet one)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
 def count_graded(work: Path) -> int:
     """Notebooks graded in ``work``: their autograded copies."""
     return len(list((work / "autograded").glob("*/*/*.ipynb")))
@@ -146,11 +163,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=0, help="tool workers (default: one per core)")
     parser.add_argument("--timeout", type=int, default=10, help="seconds per cell, both ways")
+    parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside every run")
     args = parser.parse_args()
     lessons = course.lessons() if args.lessons == "all" else args.lessons.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
         base = tmp / "base"
         prepare(base, lessons)
@@ -164,7 +183,7 @@ def main() -> int:
             f"classes of {', '.join(map(str, sizes))} notebooks ({', '.join(lessons)}; "
             f"{' / '.join(KINDS)} in turn), tool workers "
             f"{', '.join(f'{tool_workers(n)} for {n}' for n in sizes)}, {os.cpu_count()} cores, "
-            f"cell timeout {args.timeout} s",
+            f"cell timeout {args.timeout} s, {args.busy} CPU-bound processes beside",
             flush=True,
         )
         rows: dict[int, list[dict]] = {size: [] for size in sizes}
@@ -175,12 +194,16 @@ def main() -> int:
                 for kind in order:
                     work = tmp / f"{kind}-{size}-{i}"
                     fresh(base, work, lessons, size)
+                    cpu_before = busy_cpu()
                     seconds = (
                         run_tool(work, lessons, args.workers, args.timeout)
                         if kind == "tool"
                         else run_plain(work, lessons, args.timeout)
                     )
+                    cpu_after = busy_cpu()
+                    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
                     graded = count_graded(work)
+                    row[kind + "_cpu"] = cpu
                     row[kind] = 60.0 * graded / seconds
                     row[kind + "_graded"], row[kind + "_s"] = graded, seconds
                     shutil.rmtree(work, ignore_errors=True)
@@ -200,6 +223,29 @@ def main() -> int:
             short = [r for r in rows[size] if min(r["tool_graded"], r["plain_graded"]) < size]
             note = f" (some runs graded fewer than {size})" if short else ""
             print(f"| {size} notebooks{note} | {tool:.1f} | {plain:.1f} | {tool / plain:.2f}x |")
+        cpu_rows = {
+            size: [
+                r
+                for r in rows[size]
+                if r["tool_cpu"] and r["plain_cpu"] and r["tool_graded"] and r["plain_graded"]
+            ]
+            for size in sizes
+        }
+        if all(cpu_rows.values()) and not args.busy:
+            # a side cannot finish sooner than its CPU time spread over every core: on this machine the
+            # tool's rate is at most cores x (its CPU per notebook against plain's wall per notebook)
+            print("\nCPU time (whole machine, medians): what bounds the ratio on this machine")
+            print("| class | tool CPU s/notebook | plain CPU s/notebook | plain cores busy | ratio at most |")
+            print("|---|---|---|---|---|")
+            cores = os.cpu_count() or 1
+            for size, rs in cpu_rows.items():
+                t_cpu = statistics.median(r["tool_cpu"] / r["tool_graded"] for r in rs)
+                p_cpu = statistics.median(r["plain_cpu"] / r["plain_graded"] for r in rs)
+                p_wall = statistics.median(r["plain_s"] / r["plain_graded"] for r in rs)
+                print(
+                    f"| {size} notebooks | {t_cpu:.2f} | {p_cpu:.2f} | {p_cpu / p_wall:.2f} | "
+                    f"{cores * p_wall / t_cpu:.2f}x |"
+                )
         first = rows[sizes[0]][0]
         print(
             f"\nfirst run of the course (the lesson's proof included), class of {sizes[0]}: "
@@ -207,6 +253,9 @@ def main() -> int:
             f"({first['tool'] / first['plain']:.2f}x)"
         )
     finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -54,6 +54,9 @@ from tests.procs import running
         ),
         ("import builtins\nbuiltins.__import__ = print", "patches builtins.__import__"),
         ("name = 'tor' + 'ch'\nt = __import__(name)", "imports a module by a computed name"),
+        # _posixsubprocess raises no audit event (the guard cannot see it start a program): the scan names it
+        ("import _posixsubprocess\n_posixsubprocess.fork_exec", "starts other programs"),
+        ("import os\nos.posix_spawnp('/bin/sh', ['sh'], {})", "starts other programs"),
     ],
 )
 def test_static_scan_names_each_sign(code, sign):

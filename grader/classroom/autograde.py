@@ -1,48 +1,29 @@
 """Autograde one submission with real nbgrader, safely: the unit of work of a grading run.
 
-``grade_job(job)`` is a pure function of its input (the submitted bytes, a
-gradebook template, the options) so that any executor -- a local process pool
-or a Dask cluster -- can run it. It builds a private, throw-away nbgrader
-course for the one submission (its own gradebook copy, so a student's code
-cannot reach the real one), and runs nbgrader's ``Autograde`` converter with
-three extra preprocessors:
+``grade_job(job)`` is a pure function of its input (the submitted bytes, a gradebook template, the
+options), so any executor (a local process pool or a Dask cluster) can run it. It builds a private,
+throw-away nbgrader course for the one submission (its own gradebook copy, so a student's code
+cannot reach the real one) and runs nbgrader's ``Autograde`` converter with the preprocessors the
+course's ``nbgrader_config.py`` names, so plain ``nbgrader autograde`` and the formgrader grade the
+same way (``docs/ARCHITECTURE.md``, one grading run):
 
-``IndependentChecks`` (before Execute)
-    tamper scan of the student's code, then the trusted decision of every
-    test cell (``grader.classroom.trusted`` + the sandbox), before the kernel
-    starts so nothing the kernel writes can reach the sandbox;
-``GuardedExecute`` (nbgrader's Execute)
-    kernels forked from the fork server (sealed in bubblewrap where it works,
-    ``grader.classroom.seal``) with a memory cap and the guard; hidden
-    test blocks are left out of what the kernel runs (they run only on the
-    trusted side); a dead kernel or a runaway notebook ends with outputs that
-    say so, not a crash;
-``ApplyVerdicts`` (after Execute, before SaveAutoGrades)
-    every test cell's outputs say the trusted verdict and nothing else that
-    nbgrader would score: a pass has no error output, a failure exactly one,
-    carrying the diagnosis; whatever the cell wrote to stderr becomes a short
-    stdout note. A pass in the kernel that the trusted side failed outside
-    the hidden block is flagged.
+- ``IndependentChecks`` (before Execute): the tamper scan, then the trusted decision of every test
+  cell (``trusted`` + the sandbox), started before the kernel so nothing it writes reaches them;
+- ``GuardedExecute`` (nbgrader's Execute): kernels forked from the fork server, hidden test blocks
+  left out (they run only on the trusted side); a dead kernel or a runaway notebook ends with
+  outputs that say so, not a crash;
+- ``ApplyVerdicts`` (``verdicts``): every test cell's outputs say the trusted verdict and nothing
+  else nbgrader would score (what it wrote to stderr becomes a note; a pass in the kernel that the
+  trusted side failed is flagged).
 
-A job takes a head start (``_start_early``): before nbgrader prepares the notebook (its
-gradebook rows, restoring cells) it starts the independent checks on the cells as restoring will
-leave them, and the kernel, which runs nothing until nbgrader gives it the cells.
-``IndependentChecks`` compares the cells nbgrader then runs with those the checks were given,
-and starts them again on the real ones if they differ: a verdict is always about what ran.
+A job takes a head start (``_start_early``): the checks start on the cells as restoring will leave
+them, and the kernel starts, before nbgrader prepares the notebook; ``IndependentChecks`` starts
+the checks again if the cells nbgrader runs differ, so a verdict is always about what ran. The
+result carries the final notebook; the coordinator writes it into the course.
 
-The same three preprocessors are in the course's ``nbgrader_config.py``, so
-plain ``nbgrader autograde`` (and the formgrader) grade the same way: without
-a job, ``IndependentChecks`` builds the notebook's context from nbgrader's
-resources (lesson, student, autograded folder), starts the fork server on
-first use, and ``ApplyVerdicts`` cleans up after the notebook.
-
-The result carries the final notebook; the coordinator writes it and the
-grades into the course (one writer for the real gradebook).
-
-This module holds the job and the first two preprocessors; the rest of a
-notebook's grading lives beside it: ``context`` (its shared state, statuses),
-``independent`` (the checks' lifecycle), ``lifecycle`` (its folders, box and
-kernels), ``verdicts`` (``ApplyVerdicts``, the graded notebook made safe to read).
+This module holds the job and the first two preprocessors; beside it: ``context`` (a notebook's
+shared state), ``independent`` (the checks' lifecycle), ``lifecycle`` (its folders and kernels),
+``verdicts`` (``ApplyVerdicts``, the graded notebook made safe to read).
 """
 
 from __future__ import annotations

@@ -1,43 +1,17 @@
 """One boundary per notebook: what a process forked to run student code does before it runs any.
 
-The sealed fork server (``fork_server --sealed``, inside bubblewrap) serves every notebook of
-one grading worker. Each kernel or sandbox it forks first calls ``enter``, which puts the
-student's code where nothing of the server, or of any other notebook, can be reached:
+Each kernel or sandbox the sealed fork server forks calls ``enter`` first. ``docs/ARCHITECTURE.md``
+(one grading run, and the paragraph on the boundary) says what that gives: a PID namespace whose
+process 1 only reaps orphans (``REAPER``; made by the server, ``new_pid_namespace``, or behind a
+proxy where the server is not root, ``_proxy``), new mount, network, IPC and UTS namespaces with the
+server's folder covered (``_conceal``), a user of the notebook's own (``UID_BASE``), no capabilities
+(bounding set included), ``no_new_privs``, the seccomp filter (``seccomp_filter``), file-size and
+process limits, and a cgroup of its own where the worker may make them (``make_cgroups``). The fork
+server itself is non-dumpable (``protect_server``).
 
-- **its own namespaces**: a new PID namespace, made by the server for the child it is about to
-  fork (``new_pid_namespace``): its process 1 only reaps orphans (``REAPER``) and the child is
-  process 2. The child then makes new mount, network, IPC and UTS namespaces (``unshare``),
-  with a ``/proc`` of its own that hides other users' processes, and covers the server's folder
-  so that only its own writable folders show in it (``_conceal``). So the fork server, its pipes
-  and other notebooks have no process id, no ``/proc`` entry and no file descriptor the
-  student can name. When the child ends, the server kills process 1, and Linux kills
-  everything left in the namespace: nothing the student started outlives the notebook.
-  Where the server is not root, the child does all this itself (``enter``), in a user
-  namespace of the same user. It stays outside as a proxy (``_proxy``), forks process 1 of the
-  new namespace, and that process forks the student's.
-- **no privilege**: when the server is root it changes to a user id of the notebook's own
-  (``UID_BASE`` and up, no account's) after giving that user the notebook's writable folders; in every case the capability bounding set and the
-  process's capabilities are emptied, ``no_new_privs`` is set, and a seccomp filter
-  (``seccomp_filter``) refuses the calls that reach past a namespace or into another process:
-  ``ptrace``, ``process_vm_*``, ``open_by_handle_at``, mounts, ``unshare``/``setns`` and
-  namespace flags of ``clone``, ``keyctl``, ``bpf``, module loading, ``perf_event_open``,
-  ``userfaultfd``, ``io_uring``, ``TIOCSTI``, sockets but local, IP and netlink (no ``AF_VSOCK``: it
-  reaches a virtual machine's host past the network namespace), and the rest of ``seccomp._CALLS``.
-- **limits**: file size (``FILE_LIMIT``), core files off, and for the notebook's user a process
-  count (Linux counts it per user, so one notebook's processes never use up another's). Where
-  the worker may make cgroups (``make_cgroups``), each child joins one of its own
-  (``_join_cgroup``): the memory cap, the process limit and a CPU quota (the cores it may use
-  threads on) then hold for all of its processes together, its temporary files in memory
-  included, and the cgroup files are covered; elsewhere the memory cap is per process.
-
-The fork server itself is made non-dumpable (``protect_server``): even a process of the same
-user cannot open its ``/proc`` files or attach to it.
-
-The rules a lesson states (which calls are allowed) are checked by the trusted side and the
-audit hook; this module is the wall those rest on, and needs neither.
-
-Only the standard library, loaded before any fork (``ctypes`` is never opened after the
-guard's audit hook is in place).
+The rules a lesson states are checked by the trusted side and the audit hook; this module is the
+wall those rest on, and needs neither. Only the standard library, loaded before any fork (``ctypes``
+is never opened after the guard's audit hook is in place).
 """
 
 from __future__ import annotations
@@ -74,7 +48,7 @@ TMP_SIZE = 64 * 1024 * 1024  # each of a notebook's own /var/tmp and /dev/shm (m
 PROCESS_LIMIT = 1024  # processes and threads of a notebook's user (only where the server is root)
 
 MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 0x4000, 0x40000, 0x2, 0x4, 0x8, 0x1000
-MS_RDONLY, MS_REMOUNT = 0x1, 0x20
+MS_RDONLY, MS_REMOUNT, MNT_DETACH = 0x1, 0x20, 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
 try:
     _LIBC = ctypes.CDLL(None, use_errno=True)

@@ -1,27 +1,16 @@
 """A fork server: one process that has imported PyTorch and the kernel once, and forks per use.
 
-Starting a Jupyter kernel and importing torch costs about 1.5 s of CPU per notebook; forking a process
-that already did both costs a few milliseconds. Each grading worker asks it, over a pipe, for:
+Starting a kernel and importing torch costs about 1.5 s of CPU; forking a process that did both
+costs a few milliseconds. A worker asks it, over a pipe (or a run's workers over a socket), for a
+``kernel``, a ``trusted`` process (which forks its own guarded ``sandbox`` child before it imports
+the checks), or, from the sealed server only, a ``sandbox`` alone that a ``trusted`` process of the
+other server talks to through two named pipes. Who runs which server, and where: the picture of
+one grading run in ``docs/ARCHITECTURE.md``; the worker's side is ``fork_client``.
 
-- ``kernel``: an IPython kernel for one notebook (a fresh process each time, with a memory cap and the
-  guard's audit hook in place before student code);
-- ``trusted``: the process that re-decides test verdicts outside the kernel; it first forks its own
-  ``sandbox`` child (guarded, unable to import the grading package) that runs the student's code, and
-  only then imports the checks;
-- ``sandbox`` (sealed fork server only): the sandbox alone, talking to a ``trusted`` process of the
-  other fork server through two named pipes.
-
-With bubblewrap (``grader.classroom.seal``) a worker runs two: a sealed one (this module inside
-bwrap, as the package ``course_runtime``, where the grading package does not exist) forks kernels
-and sandboxes; a plain one (``trusted_server``: this loop with the ``trusted`` role added, and
-``--trusted-only``, which refuses every other request) loads the checks once and forks the trusted
-processes. The worker's side of both is ``fork_client``. The sealed one lives in its own PID
-namespace: the worker names its children by their pid there and asks it to poll or signal them
-(``SealedProcess``); after each job, ``reset`` kills what it forked for the worker (and the PID
-namespaces they lead).
 A server that forks student code imports nothing of the grading package but this module and the
-guard, so no forked process has the hidden reference in memory. Children are in their own process
-group; when the worker goes away (EOF on the pipe) the fork server kills them all and exits.
+guard, so no forked process has the hidden reference in memory. After each job, ``reset`` kills
+what it forked for that worker; when a worker goes away (end of its pipe or connection) the server
+kills what it forked for it, and a worker's own server then exits.
 """
 
 from __future__ import annotations

@@ -200,7 +200,8 @@ class GuardedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self._sealed_dir: str | None = None
         self._own_area: str | None = None
-        if SETTINGS.sealed if SETTINGS.sealed is not None else seal.available()[0]:  # inside the seal
+        sealed = seal.available()[0] if SETTINGS.sealed is None else SETTINGS.sealed
+        if sealed:  # inside the seal
             area = SETTINGS.area
             if area is None or not os.path.isdir(area):
                 area = self._own_area = tempfile.mkdtemp(prefix="sealed-kernel-", dir=seal.short_tmp())

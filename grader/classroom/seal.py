@@ -1,30 +1,18 @@
 """An operating-system boundary around student code: a bubblewrap (``bwrap``) command line.
 
-Every process that runs a student's code while a notebook is graded (the
-Jupyter kernel and the sandbox the trusted checks call) starts inside a fresh
-mount, PID, network and IPC namespace that shows only:
+Every process that runs a student's code while a notebook is graded (its kernel, and the sandbox the
+trusted checks call) starts in new mount, PID, network and IPC namespaces that show only, read-only,
+the Python installation, the system's ``/usr`` and a few files of ``/etc``, the student helpers
+(``attention_course/``, its explorers replaced by the stand-in ``graded_explorers``) and ``data/``,
+and the runtime that starts kernels and sandboxes (``RUNTIME_MODULES``, as the package
+``course_runtime``); writable, only the folders given (the grading area), a private ``/tmp``, and
+``/dev/nvidia*`` where a GPU is present. ``grader/``, ``solutions/`` and the work folder do not
+exist there; there is no network, and the environment is rebuilt from a short list.
 
-- the Python installation (``sys.prefix``, the base prefix) and the system's
-  ``/usr`` with a few files of ``/etc``, all read-only;
-- the student helpers (``attention_course/``) and ``data/``, read-only: the
-  repository itself stays hidden, so neither ``grader/`` nor ``solutions/``
-  nor the work folder (gradebook, other submissions) exists there;
-- in place of the explorers (``attention_course/explorers/``), a stand-in package
-  made from them (``graded_explorers``): the same entry points, each showing what
-  an explorer shows while a notebook is graded, and nothing else, so none of the
-  explorers' computations can be glued into an answer;
-- the small runtime that starts kernels and sandboxes (guard, sandbox, fork
-  server), read-only, as the package ``course_runtime``;
-- the folders given as writable (the submission's own working folder), a
-  private ``/tmp``, and ``/dev/nvidia*`` when a GPU is present.
-
-There is no network (kernels talk to nbclient over IPC sockets in a bound
-folder), the environment is rebuilt from a short list, and everything in the
-PID namespace dies with it. Where bwrap is missing or cannot create namespaces
-(macOS, locked-down containers), grading stops and says why, unless the
-instructor asked for the in-process guard alone with ``ATTENTION_COURSE_NO_SEAL=1``
-(in the environment, or set in nbgrader_config.py); then every result says
-"not sealed".
+Where bwrap is missing or cannot create namespaces (macOS, locked-down containers), grading stops
+and says why, unless the instructor asked for the in-process guard alone with
+``ATTENTION_COURSE_NO_SEAL=1`` (in the environment, or set in nbgrader_config.py); then every result
+says "not sealed".
 """
 
 from __future__ import annotations

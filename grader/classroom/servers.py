@@ -183,9 +183,9 @@ def _claim(run_area: str) -> str:
 def _drop_area(area: str) -> None:
     """Remove a worker's area, whatever its notebooks left there (its file system with it)."""
     if os.path.ismount(area):
-        from grader.classroom.boundary import _LIBC
+        from grader.classroom.boundary import _LIBC, MNT_DETACH
 
-        _LIBC.umount2(area.encode(), 2)  # MNT_DETACH
+        _LIBC.umount2(area.encode(), MNT_DETACH)
     remove_tree(area)
 
 

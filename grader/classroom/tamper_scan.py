@@ -50,7 +50,9 @@ TEXT_SIGNS = [
     ),
     (re.compile(r"\bdel\s+sys\.modules\b"), "replaces a module in sys.modules"),
     (
-        re.compile(r"\b(subprocess|Popen|os\.system|os\.popen|os\.fork|os\.spawn\w*|os\.exec\w*|pty)\b"),
+        re.compile(
+            r"\b(\w*subprocess|Popen|os\.system|os\.popen|os\.fork|os\.spawn\w*|os\.exec\w*|posix_spawn\w*|pty)\b"
+        ),
         "starts other programs",
     ),
     (re.compile(r"\b(socket|http\.client|requests)\b"), "opens network connections"),
