@@ -173,11 +173,10 @@ def main() -> int:
     try:
         base = tmp / "base"
         prepare(base, lessons)
-        from grader.classroom.executors import default_workers
-        from grader.classroom.grading import SUBMISSIONS_PER_WORKER
+        from grader.classroom.grading import default_worker_count
 
         def tool_workers(size: int) -> int:
-            return args.workers or min(default_workers(), -(-size // SUBMISSIONS_PER_WORKER))
+            return args.workers or default_worker_count(size)
 
         print(
             f"classes of {', '.join(map(str, sizes))} notebooks ({', '.join(lessons)}; "

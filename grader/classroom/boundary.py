@@ -122,12 +122,10 @@ def _passable(folder: str) -> None:
     import stat
 
     while folder and folder != "/":
-        try:
+        with contextlib.suppress(OSError):
             mode = os.lstat(folder).st_mode
             if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
                 os.chmod(folder, stat.S_IMODE(mode) | stat.S_IXOTH)
-        except OSError:
-            pass
         folder = os.path.dirname(folder)
 
 

@@ -85,14 +85,12 @@ def _let_the_forkserver_go() -> None:
     every process it forks). The forkserver ends when no process holds that pipe open; if workers
     held it, a killed coordinator would leave the forkserver running, and so the workers, who end
     only when it does."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         from multiprocessing import forkserver
 
         fd, forkserver._forkserver._forkserver_alive_fd = forkserver._forkserver._forkserver_alive_fd, None
         if fd is not None:
             os.close(fd)
-    except (AttributeError, OSError):
-        pass
 
 
 def _init_worker(
@@ -139,7 +137,7 @@ def _stop_the_forkserver() -> None:
     """End multiprocessing's forkserver, so that the next pool's workers come from a new one, forked
     from the coordinator as it is then (its code, umask, limits, streams), and nothing is left
     listening for forks between runs."""
-    try:
+    with contextlib.suppress(AttributeError, OSError, ChildProcessError):
         import signal
         from multiprocessing import forkserver
 
@@ -149,8 +147,6 @@ def _stop_the_forkserver() -> None:
             # of a second of CPU tearing down the modules it preloaded, while the run waits for it
             os.kill(pid, signal.SIGKILL)
         forkserver._forkserver._stop()  # reaps it and removes its socket
-    except (AttributeError, OSError, ChildProcessError):
-        pass
 
 
 class LocalExecutor(Executor):

@@ -16,12 +16,16 @@ kills what it forked for it, and a worker's own server then exits.
 from __future__ import annotations
 
 import contextlib
+import gc
+import io
 import json
+import linecache
 import os
 import select
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 # what a kernel needs, what every lesson's setup cell imports and a kernel loads at its first cell, and
@@ -111,13 +115,10 @@ def _child_common(req: dict) -> None:
 
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when its parent dies (prctl PR_SET_PDEATHSIG)."""
-    try:
+    with contextlib.suppress(Exception):  # best effort; not on every platform
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort; not on every platform
-        pass
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
 def _enter_boundary(req: dict) -> None:
@@ -156,8 +157,6 @@ def _run_kernel(req: dict) -> None:
 
 def _plain_error_record(exception: BaseException, *_: Any, **__: Any) -> dict:
     """An error as the history keeps it, in Python's own traceback format."""
-    import traceback
-
     return {
         "ename": type(exception).__name__,
         "evalue": str(exception),
@@ -197,11 +196,9 @@ def _operate(req: dict) -> dict:
     if op == "signal":
         if pid in _children:
             for kill in (os.killpg, os.kill):
-                try:
+                with contextlib.suppress(OSError):
                     kill(pid, int(req["signal"]))
                     break
-                except OSError:
-                    pass
         return {"ok": True}
     if op == "preload":
         loaded = _preload([m for m in req.get("modules") or [] if m not in sys.modules])
@@ -215,10 +212,7 @@ def _freeze() -> None:
     """Keep what the server has loaded out of its children's garbage collections (``gc.freeze``): a
     child's first full collection otherwise walks every object of PyTorch, IPython and the rest (about
     0.1 s in each kernel, sandbox and trusted process), and leaves their pages shared with the server."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
+    gc.freeze()  # no collection first: it cost 0.1 s of every server's start and freed a few hundred objects
 
 
 def _preload(modules: list[str]) -> list[str]:
@@ -258,8 +252,6 @@ def _warm_tracebacks() -> None:
     """Format an error as a graded kernel does (after every import), and parse the files a failing check's
     traceback shows: a kernel's first traceback loads stack_data and Pygments and finds every module's
     file, and each parses the files of its frames; 0.05 to 0.1 s per error of a graded notebook."""
-    import linecache
-
     cell = "/warm-up/cell.py"
     source = "def _f(x):\n    return x.missing\n_f(None)\n"
     linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
@@ -300,6 +292,10 @@ def serve(load_checks: Any = None) -> None:
         with contextlib.suppress(Exception):  # the sandboxes' 'meta' pass of the hidden checks (0.3 s)
             __import__("attention_course.checks").checks.warm_meta()
         _warm_tracebacks()  # last: it notes every module loaded so far
+    with contextlib.suppress(Exception):  # a tensor's first printing, saving and loading: 5-10 ms a child
+        torch, buffer = sys.modules["torch"], io.BytesIO()
+        torch.save([torch.ones(2, 2) / 3, repr(torch.ones(1))], buffer)
+        torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
     from . import guard  # noqa: F401 - loaded once, before any fork
 
     if "--sealed" in sys.argv:
@@ -379,17 +375,24 @@ def _send(fd: int, data: bytes) -> None:
 def _end(worker: int) -> int:
     """Kill the children forked for this worker, and the PID namespaces they lead; how many ran. (Only
     children not reaped yet: a pid Linux gave to another worker's child since is that worker's.)"""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # none reaped (its pid reused) meanwhile
     running = {pid for pid in list(_children) if _owner.get(pid) == worker}
+    ending = []  # a descriptor per child, readable once it has ended
     for pid in running:
+        with contextlib.suppress(OSError):
+            ending.append(os.pidfd_open(pid))
         for kill, target in ((os.killpg, pid), (os.kill, pid), (os.kill, _inits.get(pid))):
             if target:
                 with contextlib.suppress(OSError):
                     kill(target, signal.SIGKILL)
-    for _ in range(10):  # ended (and reaped) before the worker goes on
-        time.sleep(0.01)
+    deadline, opened = time.monotonic() + 0.1, list(ending)
+    while running & _children and time.monotonic() < deadline:  # ended and reaped before the worker goes on
+        ended = select.select(ending, [], [], 0.01)[0]  # as one ends, or 10 ms (no pidfd on this Linux)
+        ending = [fd for fd in ending if fd not in ended]
         _reap()
-        if not running & _children:
-            break
+    for fd in opened:
+        os.close(fd)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     return len(running)
 
 
@@ -427,8 +430,6 @@ def _answer(req: dict, trusted_only: bool, worker: int) -> dict:
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
         except BaseException:  # noqa: BLE001 - report, then leave without running the server's cleanup
-            import traceback
-
             traceback.print_exc()
             code = 1
         finally:

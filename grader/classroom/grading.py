@@ -390,7 +390,16 @@ def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options)
         yield Job(sub.student, sub.lesson, data, template_bytes, ts, digest_of(data, ts), options)
 
 
-SUBMISSIONS_PER_WORKER = 8  # by default, no more workers than one per this many submissions to grade
+SUBMISSIONS_PER_WORKER = 8  # by default, no more workers than one per this many submissions (but two, sealed)
+
+
+def default_worker_count(submissions: int) -> int:
+    """Local workers: one per core and per SUBMISSIONS_PER_WORKER submissions, but two where the seal works:
+    two share fork servers the run starts at once, and a lesson's proof is graded beside the class."""
+    most = -(-submissions // SUBMISSIONS_PER_WORKER)
+    return min(executors.default_workers(), max(most, 2) if seal.available()[0] else most)
+
+
 # a job may run this much longer than its notebook's time limit (the checks, nbgrader's own steps)
 # before its worker is stopped and the submission reported "could not be graded: timed out"
 JOB_GRACE = 120
@@ -410,8 +419,7 @@ def grade(
 ) -> RunSummary:
     """Autograde every submission not graded yet (``force``: all of them); return a summary.
 
-    ``workers``: submissions graded at once (default: one per core, and at most one per
-    SUBMISSIONS_PER_WORKER submissions to grade).
+    ``workers``: submissions graded at once (default: ``default_worker_count``).
 
     ``progress``: True for a bar on stderr, False for none, or a text stream to write it to.
     """
@@ -437,8 +445,7 @@ def grade(
         return summary
     start = time.perf_counter()
     if workers is None and executor == "local":
-        # each worker costs a process and two fork servers to start: a small class gets fewer of them
-        workers = min(executors.default_workers(), -(-len(todo) // SUBMISSIONS_PER_WORKER))
+        workers = default_worker_count(len(todo))
     # workers forked from a preloaded forkserver start sooner; without the seal, a kernel could reach
     # that forkserver's socket (and have it fork what it likes), so its workers are spawned instead
     preload = WORKER_MODULES if seal.available()[0] else ()

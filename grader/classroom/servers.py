@@ -14,6 +14,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import gc
+import importlib
 import os
 import tempfile
 from pathlib import Path
@@ -215,8 +217,6 @@ def warm_up() -> None:
             started[-1].begin()
         except OSError:
             pass
-    import importlib
-
     for name in WORKER_MODULES:  # loaded already where the worker was forked from the forkserver
         importlib.import_module(name)
     from grader.classroom import tamper_scan
@@ -225,6 +225,4 @@ def warm_up() -> None:
     for server in started:
         with contextlib.suppress(RuntimeError, OSError):
             server.ensure()
-    import gc
-
     gc.freeze()  # nbgrader's modules stay for the worker's life: its garbage collections skip them

@@ -17,7 +17,7 @@ import sys
 from grader.classroom import fork_server
 
 # what a trusted-only server imports once, before it forks
-PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course", "grader.harness", "grader.registry")
+PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course.data", "grader.harness", "grader.registry")
 
 
 def _run_trusted_sealed(req: dict) -> None:
