@@ -140,7 +140,6 @@ def _run_kernel(req: dict) -> None:
     from . import guard
 
     _enter_boundary(req)
-
     # capped on what the student's code adds: not the forked libraries (1 GiB, shared), nor the kernel's threads
     guard.limit_memory(req.get("memory"), beyond_now=True, final=False)
     guard.install(req["guard"])
@@ -281,21 +280,21 @@ def serve(load_checks: Any = None) -> None:
     instead of the kernel (given by grader/classroom/trusted_server.py)."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     trusted_only = "--trusted-only" in sys.argv
-    if trusted_only:
-        if load_checks is not None:
-            load_checks()
-    else:
+    if trusted_only and load_checks is not None:
+        load_checks()
+    elif not trusted_only:
         for name in PRELOAD:
             with contextlib.suppress(Exception):  # a missing optional module only costs speed
                 __import__(name)
         _load_kernel_without_debugger()
         with contextlib.suppress(Exception):  # the sandboxes' 'meta' pass of the hidden checks (0.3 s)
             __import__("attention_course.checks").checks.warm_meta()
-        _warm_tracebacks()  # last: it notes every module loaded so far
     with contextlib.suppress(Exception):  # a tensor's first printing, saving and loading: 5-10 ms a child
         torch, buffer = sys.modules["torch"], io.BytesIO()
         torch.save([torch.ones(2, 2) / 3, repr(torch.ones(1))], buffer)
         torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    if not trusted_only:
+        _warm_tracebacks()  # last: it notes every module loaded so far
     from . import guard  # noqa: F401 - loaded once, before any fork
 
     if "--sealed" in sys.argv:
