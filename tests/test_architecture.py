@@ -215,7 +215,7 @@ STILL_OVER: set[str] = set()
 # an attack showed was missing (the last: the kernel's socket folder locked and checked, sockets by
 # protocol in the seccomp filter, 31 lines). The goal is 6,000; it holds the boundary's cgroups, cover
 # and seccomp filter, and the split into modules of at most 600 lines took 155 lines of docstrings and imports
-ENGINE_LINES = 7818
+ENGINE_LINES = 7817
 
 
 def _lines(path: Path) -> int:
