@@ -318,6 +318,9 @@ def _stored() -> dict:
         return {}
 
 
+_stored()  # read on import: a grading server imports this module once, before it forks kernels and checks
+
+
 def run_quietly(fn: Callable, args: tuple, kwargs: dict) -> Any:
     """fn(*args, **kwargs), or the exception it raised; prints and warnings are swallowed."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

@@ -181,6 +181,42 @@ def test_plan_runs_student_cells_in_step_with_the_lesson():
     ]
 
 
+# IPython changes these plain-Python cells (or they are not Python): the sandbox and the trusted process
+# must then run what IPython runs, as the kernel does
+IPYTHON_CELLS = [
+    "\nx = 1",  # leading blank line: line numbers move up
+    "  # note\n  x = 1",  # a common indent, removed
+    's = """a\n   \nb"""',  # a line of blanks inside a string: emptied
+    "x = 1\n...",  # "..." on the second line: a continuation prompt, stripped
+    "y = [1][\n    ...: 2]",  # an IPython continuation prompt on the second line
+    "In [1]: x = 2",  # an IPython prompt (and valid Python: an annotation)
+    'def f():\n    """\n    >>> f()\n    """\n    return 1',  # a doctest prompt
+    "%time x = 3",
+    "%%time\nx = 4",
+    "x = !echo hi",
+    "x?",
+    "x = (1,\n2",  # not Python at all
+]
+
+
+def test_a_cell_run_outside_the_kernel_is_the_cell_ipython_runs():
+    """The sandbox and the trusted process compile a cell without IPython's transforms only where they
+    would change nothing: on every lesson cell and on cells IPython does change, the code is the same."""
+    from grader.classroom.sandbox import compile_cell, python_source
+
+    sources = [c.source for les in lessons.all_lessons() for c in les.cells] + IPYTHON_CELLS
+    for source in sources:
+        try:
+            want = compile(python_source(source), "cell", "exec")
+        except SyntaxError as e:
+            with pytest.raises(SyntaxError) as got:
+                compile_cell(source, "cell")
+            assert got.value.msg == e.msg, source
+            continue
+        assert compile_cell(source, "cell") == want, source
+    assert compile_cell("x = 1", "cell") == compile("x = 1", "cell", "exec")
+
+
 # ------------------------------------------------------------------ collecting an LMS export
 
 NB = json.dumps(

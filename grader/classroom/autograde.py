@@ -62,10 +62,10 @@ from grader.classroom.jobs import (  # noqa: F401 - re-exported
     Options,
     default_protected,
     digest_of,
+    read_regular,
 )
 from grader.classroom.lifecycle import _begin_notebook, _start_early, begin, end, stop_student_code
 from grader.classroom.trees import remove_tree
-from grader.classroom.verdicts import read_regular
 
 # nbgrader's gradebook code makes SQLAlchemy warn about its autoflush on every submission: noise
 warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -73,6 +73,7 @@ warnings.filterwarnings("ignore", message=".*not in session.*")
 
 # ------------------------------------------------------------------ preprocessors
 
+from nbformat import NotebookNode  # noqa: E402
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor  # noqa: E402
 from traitlets import Bool  # noqa: E402
 
@@ -110,16 +111,40 @@ class IndependentChecks(NbGraderPreprocessor):
         return nb, resources
 
 
+# kernel messages whose size the kernel chooses (what a cell prints or shows, widget messages)
+_BULKY = frozenset("display_data execute_result stream update_display_data comm_open comm_msg".split())
+
+
 class GuardedExecute(Execute):
     """nbgrader's Execute, with guarded kernels; a dead kernel ends the notebook, not the class."""
 
     # the kernel's widget state, which a kernel can make any size, is not collected (nor kept: CapOutputs)
     store_widget_state = Bool(False).tag(config=True)
 
+    # output one cell may send that this worker keeps (no limit of the notebook's covers this process):
+    # the rest is dropped, with a note (the feedback shows far less of it: CapOutputs)
+    CELL_OUTPUT = 16 << 20
+
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["kernel_manager_class"] = kernels.GuardedKernelManager
         super().__init__(*args, **kwargs)
         self._current = -1
+        self._sent: dict[int, int] = {}  # output each cell sent so far, in characters and bytes
+
+    def process_message(self, msg: dict, cell: Any, cell_index: int) -> Any:
+        if msg["msg_type"] in _BULKY:
+            before = self._sent.get(cell_index, 0)
+            self._sent[cell_index] = sent = (
+                before + len(repr(msg["content"])) + sum(map(len, msg.get("buffers") or ()))
+            )
+            if sent > self.CELL_OUTPUT:
+                if before <= self.CELL_OUTPUT:
+                    from grader.classroom.cells import MAX_OUTPUT, _size
+
+                    note = f"\n[output cut: {_size(sent)} and more not shown; a cell keeps at most {_size(MAX_OUTPUT)}]\n"
+                    cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=note))
+                return None
+        return super().process_message(msg, cell, cell_index)
 
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
         self._current = index
@@ -137,7 +162,7 @@ class GuardedExecute(Execute):
             cell.source = source
 
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
-        self._current = -1
+        self._current, self._sent = -1, {}
         if _CONTEXT:
             _CONTEXT["phases"]["kernel start"] = time.perf_counter()
         early = _CONTEXT.pop("kernel", None) if _CONTEXT else None

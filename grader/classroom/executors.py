@@ -243,17 +243,10 @@ class LocalExecutor(Executor):
         if self._pool is None:
             self._pool = self._new_pool()
         window = 2 * self.workers
-        exhausted = False
         while True:
             while len(in_flight) < window:
-                if pending:
-                    job = pending.pop()
-                elif not exhausted:
-                    job = next(source, _END)
-                    if job is _END:
-                        exhausted = True
-                        break
-                else:
+                job = pending.pop() if pending else next(source, _END)  # (an ended iterator stays ended)
+                if job is _END:
                     break
                 try:
                     in_flight[self._pool.submit(fn, job)] = job
@@ -328,9 +321,6 @@ class LocalExecutor(Executor):
                 p.join(timeout=5)
 
     def close(self) -> None:
-        if self._pool is None and self._helper is None:
-            self._remove_run_area()
-            return
         self._stop_pools([p for p in (self._pool, self._helper) if p is not None])
         self._pool = self._helper = None
         self._remove_run_area()

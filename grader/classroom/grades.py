@@ -128,14 +128,21 @@ def _retry(fn, *args: Any, attempts: int = 30) -> Any:
     return None
 
 
-def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | None, bytes]]) -> list[dict]:
+_KEPT: dict[str, tuple[Any, Any]] = {}  # url -> (open Gradebook, course config) that write_grades kept
+
+
+def write_grades(
+    url: str, course_id: str | None, entries: list[tuple[str, str, str | None, bytes]], keep: bool = False
+) -> list[dict]:
     """Record finished jobs (lesson, student, timestamp, final notebook) in the gradebook at ``url``
     with nbgrader's own steps: the student and the submission, then SaveAutoGrades and
     AssignLatePenalties on the final notebook. All of them in one transaction: the gradebook holds
-    every one of them afterwards, or (if this raises) none. Return what it then holds for each
-    (``submission_in_gradebook``).
+    every one of them afterwards, or (if this raises) none. Return the timestamp and late penalty
+    it then holds for each.
 
     Runs wherever nbgrader is loaded already: in a helper process of the run, or the coordinator.
+    ``course_id`` None: the configuration's. ``keep``: the gradebook stays open for the next call (the
+    run's helper: SQLAlchemy then compiles each statement once a run, not once a batch).
     """
     import warnings
 
@@ -146,8 +153,12 @@ def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | N
 
     warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
     warnings.filterwarnings("ignore", message=".*not in session.*")
-    cfg = course_config()
-    with Gradebook(url, course_id) as gb:
+    if url in _KEPT:
+        gb, cfg = _KEPT.pop(url)
+    else:
+        cfg = course_config()
+        gb = Gradebook(url, cfg.CourseDirectory.get("course_id", "") if course_id is None else course_id)
+    try:
         with one_transaction(gb), lent(gb, url):
             for lesson, student, timestamp, notebook in entries:
                 gb.update_or_create_student(student)
@@ -161,27 +172,22 @@ def write_grades(url: str, course_id: str, entries: list[tuple[str, str, str | N
                 }
                 SaveAutoGrades(config=cfg).preprocess(nb, resources)
                 AssignLatePenalties(config=cfg).preprocess(nb, resources)
-        return [submission_in_gradebook(gb, lesson, student) or {} for lesson, student, _, _ in entries]
-
-
-def submission_in_gradebook(gb: Any, lesson: str, student: str) -> dict | None:
-    """What an open nbgrader ``Gradebook`` holds for one submission (None: no row)."""
-    from nbgrader.api import MissingEntry
-
-    try:
-        sub = gb.find_submission(lesson, student)
-    except MissingEntry:
-        return None
-    grades: dict[str, float] = {}
-    for nb in sub.notebooks:
-        for g in nb.grades:
-            grades[g.name] = float(g.score or 0) + float(g.extra_credit or 0)
-    return {
-        "timestamp": str(sub.timestamp) if sub.timestamp else None,
-        "late_penalty": float(sub.late_submission_penalty or 0),
-        "score": float(sub.score or 0),
-        "grades": grades,
-    }
+        subs = [gb.find_submission(lesson, student) for lesson, student, _, _ in entries]
+        held = [
+            dict(
+                timestamp=s.timestamp and str(s.timestamp), late_penalty=float(s.late_submission_penalty or 0)
+            )
+            for s in subs
+        ]
+    except BaseException:
+        gb.close()
+        raise
+    if keep:
+        gb.db.close()  # no session left open between batches; the engine (and what it compiled) stays
+        _KEPT[url] = (gb, cfg)
+    else:
+        gb.close()
+    return held
 
 
 def graded_in_gradebook() -> set[tuple[str, str]]:

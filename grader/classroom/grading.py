@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib
+import itertools
 import json
 import os
 import threading
@@ -36,14 +37,14 @@ from grader import course
 from grader.classroom import executors, lessons, seal
 from grader.classroom.grades import (
     _retry,
-    course_config,
+    course_config,  # noqa: F401 - for callers of this module
     ensure_gradebook,
     gradebook_url,
     graded_in_gradebook,
     template,
     write_grades,
 )
-from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of
+from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of, read_regular
 from grader.classroom.servers import WORKER_MODULES, share_servers, warm_up
 
 
@@ -63,11 +64,23 @@ class Submission:
 
     @property
     def timestamp(self) -> str | None:
-        ts = self.path.parent / "timestamp.txt"
-        return ts.read_text().strip() or None if ts.exists() else None
+        """Its timestamp.txt, if a small regular file (never read through a link)."""
+        with contextlib.suppress(OSError):
+            return (
+                read_regular(self.path.parent / "timestamp.txt", 4096).decode(errors="replace").strip()
+                or None
+            )
+        return None
+
+    def read(self) -> bytes:
+        """The notebook's bytes: a regular file of at most FILE_CAP bytes, in the student's own folders,
+        never read through a link (``OSError`` saying why: a student can put anything here)."""
+        if self.path.parent.is_symlink() or self.path.parent.parent.is_symlink():
+            raise OSError(f"{self.student}/{self.lesson}: a link to another folder, not a folder")
+        return read_regular(self.path)
 
     def digest(self) -> str:
-        return digest_of(self.path.read_bytes(), self.timestamp)
+        return digest_of(self.read(), self.timestamp)
 
 
 def submissions(
@@ -121,7 +134,6 @@ class GradebookWriter:
     def __init__(self, ex: executors.Executor, summary: RunSummary, digests: dict[str, str]) -> None:
         self.summary, self.digests = summary, digests
         self.url = gradebook_url()
-        self.course_id = course_config().CourseDirectory.get("course_id", "")
         self.helper = ex.helper()
         self.waiting: list[tuple[JobResult, Submission]] = []
         self.since = 0.0  # when the oldest waiting job came
@@ -160,7 +172,7 @@ class GradebookWriter:
             from concurrent.futures import Future
 
             try:
-                future = self.helper.submit(_retry, write_grades, self.url, self.course_id, _entries(batch))
+                future = self.helper.submit(_retry, write_grades, self.url, None, _entries(batch), True)
             except Exception as e:  # noqa: BLE001 - no helper any more: its result is the failure
                 future = Future()
                 future.set_exception(e)
@@ -169,7 +181,7 @@ class GradebookWriter:
                 return
 
     def _write(self, batch: list[tuple[JobResult, Submission]]) -> list[dict]:
-        return _retry(write_grades, self.url, self.course_id, _entries(batch))
+        return _retry(write_grades, self.url, None, _entries(batch))
 
     def _recorded(self, batch: list[tuple[JobResult, Submission]], written: list[dict]) -> None:
         for (result, sub), held in zip(batch, written):
@@ -225,10 +237,11 @@ def already_graded(sub: Submission, lesson_digest: str, in_gradebook: set[tuple[
         return False
     try:
         record = json.loads(path.read_text())
+        digest = sub.digest()
     except (OSError, ValueError):
         return False
     return (
-        record.get("digest") == sub.digest()
+        record.get("digest") == digest
         and record.get("lesson_digest") == lesson_digest
         and record.get("status") != "grading failed"
     )
@@ -383,9 +396,15 @@ def grade_one(job: Job) -> JobResult:
     return grade_job(job)
 
 
-def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options):
+def _job_stream(todo: list[Submission], template_bytes: bytes, options: Options, unreadable: list):
+    """Each submission's job, read as the executor asks for it; one that cannot be read goes to
+    ``unreadable`` with the reason (it could not be graded: no score)."""
     for sub in todo:
-        data = sub.path.read_bytes()
+        try:
+            data = sub.read()
+        except OSError as e:
+            unreadable.append((sub, f"could not be graded: the submission was not read ({e})"))
+            continue
         ts = sub.timestamp
         yield Job(sub.student, sub.lesson, data, template_bytes, ts, digest_of(data, ts), options)
 
@@ -471,7 +490,8 @@ def grade(
             for lid, nb in ((lid, lessons.answered(lid)) for lid in unproven)
         ]
         waiting: list[tuple[JobResult, Submission]] = []
-        stream = iter([*proofs, *_job_stream(todo, template_bytes, options)])
+        unreadable: list[tuple[Submission, str]] = []
+        stream = itertools.chain(proofs, _job_stream(todo, template_bytes, options, unreadable))
         for job, result in ex.run(grade_one, stream, deadline=job_deadline):
             if any(job is proof for proof in proofs):
                 problem = proof_problem(result)
@@ -495,6 +515,9 @@ def grade(
                 bar.update(f"{sub.student}/{sub.lesson}", problem=bool(result.flags or result.error))
         if summary.cannot_grade:
             return summary
+        for sub, why in unreadable:
+            failed = JobResult(sub.student, sub.lesson, "", "could not be graded", error=why)
+            _finish(failed, sub, writer, summary, digests[sub.lesson])
         writer.step(final=True)
     except KeyboardInterrupt:
         summary.interrupted = True

@@ -6,8 +6,12 @@ start its workers) before it imports nbgrader.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from grader import course
 
@@ -84,3 +88,27 @@ def digest_of(notebook: bytes, timestamp: str | None) -> str:
 def default_protected() -> list[str]:
     """What no student code may open: the work folder (gradebook, every submission) and the sources."""
     return [str(course.work_dir().resolve()), str(course.ROOT / "_grading"), str(course.ROOT / "solutions")]
+
+
+FILE_CAP = 64 * 1024 * 1024  # the most read of one file a student could make or touch
+
+
+def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a link is never followed) of at most ``cap``
+    bytes; ``OSError`` saying why otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:  # ELOOP: the file is a link
+        raise OSError(
+            f"{path.name}: " + ("a link, not a file" if e.errno == errno.ELOOP else e.strerror)
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path.name}: not a regular file")
+        if st.st_size > cap:
+            raise OSError(f"{path.name}: larger than {cap >> 20} MB")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(cap)
+    finally:
+        os.close(fd)

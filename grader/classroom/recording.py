@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 from grader.course import lessons, work_dir
 
@@ -37,13 +38,40 @@ def record_lessons(argv: list[str] | None = None) -> list[str]:
     return _record(lessons())
 
 
-def record_before_autograde(assignment: str = "", **_: object) -> None:
+def record_before_autograde(assignment: str = "", notebooks: list[str] | tuple = (), **_: object) -> None:
     """nbgrader's ``Autograde.pre_convert_hook`` (nbgrader_config.py): before a submission is graded --
     by the command line or by the formgrader's Autograde button, inside the Lab server -- its lesson is
     recorded in the gradebook from solutions/ if the gradebook lacks it or its cells changed, so the
-    button works on a fresh clone and the formgrader shows the test it grades with."""
+    button works on a fresh clone and the formgrader shows the test it grades with. Then what nbgrader
+    would read or copy of the submission through a link, or that is not a small regular file, is set
+    aside (``set_aside``)."""
     if assignment in lessons():
         _record([assignment])
+    if notebooks:
+        set_aside(Path(notebooks[0]).parent)
+
+
+def set_aside(folder: Path) -> list[Path]:
+    """Move out of a submission's folder (to ``<work>/classroom/set_aside/``, as they are, links not
+    followed) what nbgrader would otherwise read or copy as root: links, pipes and other special files,
+    and files over FILE_CAP; a link in place of the folder goes too. nbgrader then grades the rest, or
+    (the notebook gone) reports this one as failed; the others are graded. Returns where each went."""
+    from grader.classroom.jobs import FILE_CAP
+
+    folder, work = Path(os.path.abspath(folder)), Path(os.path.abspath(work_dir()))
+    moved, aside = [], work / "classroom" / "set_aside"
+    links = [p for p in (folder.parent, folder) if p.is_symlink()]
+    found = links or [Path(top) / n for top, dirs, files in os.walk(folder) for n in dirs + files]
+    for path in found:
+        st = path.lstat()
+        if links or not (S_ISDIR(st.st_mode) or S_ISREG(st.st_mode) and st.st_size <= FILE_CAP):
+            dest = aside / path.relative_to(work if path.is_relative_to(work) else path.anchor)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
+            moved.append(dest)
+            why = f"a link, a special file or over {FILE_CAP >> 20} MB: not read, moved to {dest}"
+            print(f"[nbgrader_config] {path}: {why}", file=sys.stderr)
+    return moved
 
 
 def _record(lesson_ids: list[str]) -> list[str]:

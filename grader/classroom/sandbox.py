@@ -40,9 +40,11 @@ reads with ``weights_only=True``, so nothing the student made can run there:
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import os
 import pickle
+import re
 import signal
 import struct
 import sys
@@ -160,6 +162,19 @@ def python_source(source: str) -> str:
         return source
 
 
+# what makes IPython change plain Python: a blank or indented first line (dedent), a line of blanks, a
+# prompt it strips (on the first two lines; ">>>" anywhere), a cell magic; the rest it changes is not Python
+_IPYTHON_CHANGES = re.compile(r"\A(?:\s|%|(?:.*\n)?[^\S\n]*(?:\.\.\.|(?:\[\w+\] )?In \[))|>>>|^[ \t]+$", re.M)
+
+
+def compile_cell(source: str, label: str) -> Any:
+    """``compile(python_source(source))``, without IPython's transforms (0.4 ms a cell) where they change nothing."""
+    if source and not _IPYTHON_CHANGES.search(source):
+        with contextlib.suppress(SyntaxError):
+            return compile(source, label, "exec")
+    return compile(python_source(source), label, "exec")
+
+
 class CellTimeout(BaseException):
     """Raised inside a cell that ran past the time limit."""
 
@@ -172,7 +187,7 @@ def run_cell(source: str, label: str, namespace: dict, timeout: float) -> str | 
     """Execute one cell in namespace; return 'Type: message' of its error, or None."""
     signal.signal(signal.SIGALRM, _alarm)
     try:
-        code = compile(python_source(source), label, "exec")
+        code = compile_cell(source, label)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             exec(code, namespace)

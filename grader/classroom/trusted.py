@@ -43,7 +43,7 @@ from typing import Any
 
 from grader.classroom import guard
 from grader.classroom.proxies import Proxy, Sandbox, SandboxGone, Unverifiable, _message, decode
-from grader.classroom.sandbox import new_namespace, python_source
+from grader.classroom.sandbox import compile_cell, new_namespace
 
 # ------------------------------------------------------------------ the evaluation
 
@@ -91,7 +91,7 @@ def diagnosis(message: str) -> str | None:
 
 def _exec(source: str, label: str, namespace: dict) -> BaseException | None:
     try:
-        code = compile(python_source(source), label, "exec")
+        code = compile_cell(source, label)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exec(code, namespace)

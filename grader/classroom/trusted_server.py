@@ -17,7 +17,9 @@ import sys
 from grader.classroom import fork_server
 
 # what a trusted-only server imports once, before it forks
-PRELOAD_TRUSTED = ("torch", "numpy", "IPython", "attention_course.data", "grader.harness", "grader.registry")
+PRELOAD_TRUSTED = tuple(
+    "torch numpy IPython attention_course.data grader.harness grader.registry grader.classroom.trusted".split()
+)
 
 
 def _run_trusted_sealed(req: dict) -> None:
@@ -39,7 +41,7 @@ def _run_trusted_sealed(req: dict) -> None:
 
 
 def _run_trusted(req: dict) -> None:
-    """Fork the sandbox first (before anything trusted is loaded), then evaluate."""
+    """Fork the sandbox first, then evaluate."""
     if req.get("pipes"):
         _run_trusted_sealed(req)
         return

@@ -245,26 +245,6 @@ def _stderr_as_note(outputs: list) -> list:
 
 # ------------------------------------------------------------------ after the student's code
 
-FILE_CAP = 64 * 1024 * 1024  # the most the worker reads of one file that student code could touch
-
-
-def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a link is never followed) of at most ``cap``
-    bytes; ``OSError`` otherwise."""
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path.name}: not a regular file")
-        if st.st_size > cap:
-            raise OSError(f"{path.name}: larger than {cap} bytes")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(cap)
-    finally:
-        os.close(fd)
-
 
 def _after_student_code(resources: dict) -> None:
     """Once the notebook has run, before nbgrader writes anything: nothing the student started is

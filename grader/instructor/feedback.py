@@ -316,7 +316,7 @@ SMALL = 4096  # bytes: a timestamp or an exchange secret is far shorter
 
 def _read_small(path: Path) -> str | None:
     """A short text file's content, read without following a link (None: absent, a link, too long)."""
-    from grader.classroom.verdicts import read_regular
+    from grader.classroom.jobs import read_regular
 
     try:
         return read_regular(path, SMALL).decode("utf-8").strip()

@@ -28,11 +28,32 @@ import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grader import course
 from grader.classroom import grading
-from grader.classroom.grades import course_config, gradebook_url, submission_in_gradebook
+from grader.classroom.grades import course_config, gradebook_url
 from grader.instructor import escape
+
+
+def submission_in_gradebook(gb: Any, lesson: str, student: str) -> dict | None:
+    """What an open nbgrader ``Gradebook`` holds for one submission (None: no row)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        sub = gb.find_submission(lesson, student)
+    except MissingEntry:
+        return None
+    grades: dict[str, float] = {}
+    for nb in sub.notebooks:
+        for g in nb.grades:
+            grades[g.name] = float(g.score or 0) + float(g.extra_credit or 0)
+    return {
+        "timestamp": str(sub.timestamp) if sub.timestamp else None,
+        "late_penalty": float(sub.late_submission_penalty or 0),
+        "score": float(sub.score or 0),
+        "grades": grades,
+    }
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""What a student can put in the submitted folder, or make their kernel send, is not followed or kept.
+
+A submitted notebook that is a link (to the lesson's solution, say) or a named pipe is not read: on the
+tool's path it could not be graded (no score, the run goes on), on plain nbgrader's it is set aside and
+nbgrader reports it failed. Links and special files beside a notebook are set aside before nbgrader copies
+the folder as root, so the kernel never sees what they point to. A cell that floods its output keeps a
+few megabytes in the grading worker, not gigabytes. Classmates graded in the same run keep full marks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import course
+from tests.nbtools import ROOT, filled, grading_work, solution_sources
+
+pytestmark = pytest.mark.slow
+
+L1 = "01_projection"
+FLOOD = (
+    "\n_big = 'A' * (8 << 20)\nfor _i in range(40):  # 320 MB offered\n"
+    "    get_ipython().display_pub.publish({'text/plain': _big})\ndel _big\n"
+)
+REFERENCE = ROOT / "grader" / "lessons" / "l01_projection.py"
+
+
+def _class(work: Path) -> None:
+    """Five students: a notebook linked to the solution, a named pipe, a correct answer that floods its
+    output, a correct one with links beside it (to the reference and to /dev/zero), a correct one."""
+    sols = solution_sources(L1)
+    exercise = next(iter(sols))
+    student_nb = ROOT / "notebooks" / L1 / f"{L1}.ipynb"
+    for student in ("linked", "piped", "flood", "beside", "right"):
+        folder = work / "submitted" / student / L1
+        folder.mkdir(parents=True)
+        answers = {**sols, exercise: sols[exercise] + FLOOD} if student == "flood" else sols
+        (folder / f"{L1}.ipynb").write_text(json.dumps(filled(student_nb, answers)))
+    linked = work / "submitted" / "linked" / L1 / f"{L1}.ipynb"
+    linked.unlink()
+    linked.symlink_to(ROOT / "solutions" / L1 / f"{L1}.ipynb")
+    piped = work / "submitted" / "piped" / L1 / f"{L1}.ipynb"
+    piped.unlink()
+    os.mkfifo(piped)
+    (work / "submitted" / "beside" / L1 / "leak.py").symlink_to(REFERENCE)
+    (work / "submitted" / "beside" / L1 / "zero.bin").symlink_to("/dev/zero")
+
+
+def _run(work: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ATTENTION_COURSE_WORK=str(work), XDG_CACHE_HOME=str(work / "cache"))
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _small_with_note(work: Path) -> None:
+    graded = course.autograded_path(L1, "flood")
+    assert graded.exists() and graded.stat().st_size < 1_000_000, graded.stat().st_size
+    assert " and more not shown; a cell keeps at most " in graded.read_text()  # cut as it came, in the worker
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
+    with grading_work(tmp_path, [L1]):
+        _class(tmp_path)
+    return tmp_path
+
+
+def test_the_tool_reads_no_link_or_pipe_and_keeps_no_flood(work):
+    run = _run(work, sys.executable, "-m", "grader", "grade", L1, "--timeout", "20")
+    assert run.returncode == 1, run.stderr[-3000:]  # some could not be graded: the run says so, and ends
+    records = {
+        s: json.loads((work / "classroom" / "results" / L1 / f"{s}.json").read_text())
+        for s in ("linked", "piped", "flood", "beside", "right")
+    }
+    assert "a link, not a file" in records["linked"]["error"], records["linked"]
+    assert "not a regular file" in records["piped"]["error"], records["piped"]
+    for student in ("linked", "piped"):
+        assert records[student]["status"] == "grading failed"
+        assert f"{student} / {L1}: could not be graded" in run.stdout + run.stderr
+        assert not course.autograded_path(L1, student).exists()
+    for student in ("flood", "beside", "right"):
+        assert (records[student]["status"], records[student]["score"]) == ("graded", 7.0), records[student]
+        assert course.gradebook_scores(L1, student)["score"] == 7.0
+    _small_with_note(work)
+    assert os.path.islink(work / "submitted" / "linked" / L1 / f"{L1}.ipynb")  # nothing of it was moved
+
+
+def test_plain_nbgrader_sets_links_and_pipes_aside_and_keeps_no_flood(work):
+    run = _run(work, "nbgrader", "autograde", L1, "--force")
+    aside = work / "classroom" / "set_aside" / "submitted"
+    for student, name in (("linked", f"{L1}.ipynb"), ("piped", f"{L1}.ipynb"), ("beside", "leak.py")):
+        assert f"{student}/{L1}/{name}: a link, a special file" in run.stderr, run.stderr[-3000:]
+        assert os.path.lexists(aside / student / L1 / name)
+    assert os.path.islink(aside / "linked" / L1 / f"{L1}.ipynb")  # moved as it was, not followed
+    for student in ("linked", "piped"):
+        assert not course.autograded_path(L1, student).exists()
+    beside = course.autograded_path(L1, "beside").parent
+    assert sorted(p.name for p in beside.iterdir()) == [f"{L1}.ipynb"]  # no copy of the reference, no zeros
+    assert REFERENCE.read_text()[:200] not in (beside / f"{L1}.ipynb").read_text()
+    for student in ("flood", "beside", "right"):
+        assert course.gradebook_scores(L1, student)["score"] == 7.0, student
+    _small_with_note(work)
