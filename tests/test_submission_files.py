@@ -23,9 +23,12 @@ from tests.nbtools import ROOT, filled, grading_work, solution_sources
 pytestmark = pytest.mark.slow
 
 L1 = "01_projection"
-FLOOD = (
-    "\n_big = 'A' * (8 << 20)\nfor _i in range(40):  # 320 MB offered\n"
-    "    get_ipython().display_pub.publish({'text/plain': _big})\ndel _big\n"
+FLOOD = (  # 320 MB of output offered, then 320 MB of errors sent as the kernel's own messages
+    "\n_big = 'A' * (8 << 20)\nfor _i in range(40):\n"
+    "    get_ipython().display_pub.publish({'text/plain': _big})\n"
+    "_k = get_ipython().kernel\nfor _i in range(40):\n"
+    "    _k.session.send(_k.iopub_socket, 'error', {'ename': 'E', 'evalue': _big, 'traceback': [_big]},"
+    " parent=_k.get_parent('shell'))\ndel _big, _k\n"
 )
 REFERENCE = ROOT / "grader" / "lessons" / "l01_projection.py"
 
@@ -61,6 +64,15 @@ def _small_with_note(work: Path) -> None:
     graded = course.autograded_path(L1, "flood")
     assert graded.exists() and graded.stat().st_size < 1_000_000, graded.stat().st_size
     assert " and more not shown; a cell keeps at most " in graded.read_text()  # cut as it came, in the worker
+    errors = [
+        o
+        for c in json.loads(graded.read_text())["cells"]
+        for o in c.get("outputs", [])
+        if o["output_type"] == "error"
+    ]
+    assert len(errors) <= 1 and all(len(e["evalue"]) <= 4096 for e in errors), [
+        len(e["evalue"]) for e in errors
+    ]
 
 
 @pytest.fixture

@@ -111,8 +111,8 @@ class IndependentChecks(NbGraderPreprocessor):
         return nb, resources
 
 
-# kernel messages whose size the kernel chooses (what a cell prints or shows, widget messages)
-_BULKY = frozenset("display_data execute_result stream update_display_data comm_open comm_msg".split())
+# kernel messages whose size the kernel chooses (what a cell prints, shows or raises, widget messages)
+_BULKY = frozenset("display_data execute_result stream update_display_data comm_open comm_msg error".split())
 
 
 class GuardedExecute(Execute):
@@ -143,7 +143,13 @@ class GuardedExecute(Execute):
 
                     note = f"\n[output cut: {_size(sent)} and more not shown; a cell keeps at most {_size(MAX_OUTPUT)}]\n"
                     cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=note))
-                return None
+                if msg["msg_type"] != "error" or any(o.get("output_type") == "error" for o in cell.outputs):
+                    return None
+                c = msg["content"]  # the cell's first error is kept (it fails the cell), cut short
+                c["evalue"], c["traceback"] = (
+                    str(c.get("evalue", ""))[:4096],
+                    [str(t)[:4096] for t in c.get("traceback", [])[:40]],
+                )
         return super().process_message(msg, cell, cell_index)
 
     def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
