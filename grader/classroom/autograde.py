@@ -77,6 +77,8 @@ from nbformat import NotebookNode  # noqa: E402
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor  # noqa: E402
 from traitlets import Bool  # noqa: E402
 
+from grader.classroom.cells import MAX_OUTPUT, _size  # noqa: E402
+
 
 def _is_test_cell(cell: Any) -> bool:
     meta = cell.metadata.get("nbgrader", {})
@@ -113,6 +115,20 @@ class IndependentChecks(NbGraderPreprocessor):
 
 # kernel messages whose size the kernel chooses (what a cell prints, shows or raises, widget messages)
 _BULKY = frozenset("display_data execute_result stream update_display_data comm_open comm_msg error".split())
+CUT = " and more not shown; a cell keeps at most "
+
+
+def _bulk(x: Any) -> int:
+    """About the memory a parsed kernel message takes: its strings, and 64 bytes an item."""
+    n, todo = 0, [x]
+    while todo:
+        x = todo.pop()
+        n += 64 + (len(x) if isinstance(x, str | bytes | memoryview) else 0)
+        if isinstance(x, dict):
+            todo += [*x, *x.values()]
+        elif isinstance(x, list | tuple):
+            todo += x
+    return n
 
 
 class GuardedExecute(Execute):
@@ -121,28 +137,23 @@ class GuardedExecute(Execute):
     # the kernel's widget state, which a kernel can make any size, is not collected (nor kept: CapOutputs)
     store_widget_state = Bool(False).tag(config=True)
 
-    # output one cell may send that this worker keeps (no limit of the notebook's covers this process):
-    # the rest is dropped, with a note (the feedback shows far less of it: CapOutputs)
-    CELL_OUTPUT = 16 << 20
+    # output a notebook may send that this worker keeps, counted as parsed (64 bytes an item and each string;
+    # no limit of the notebook's covers this process): the rest is dropped as it comes, with a note in the
+    # cell (the feedback shows far less of it: CapOutputs). A message is at most kernels.MESSAGE_BYTES.
+    NOTEBOOK_OUTPUT = 32 << 20
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["kernel_manager_class"] = kernels.GuardedKernelManager
         super().__init__(*args, **kwargs)
-        self._current = -1
-        self._sent: dict[int, int] = {}  # output each cell sent so far, in characters and bytes
+        self._current, self._sent = -1, 0
 
     def process_message(self, msg: dict, cell: Any, cell_index: int) -> Any:
         if msg["msg_type"] in _BULKY:
-            before = self._sent.get(cell_index, 0)
-            self._sent[cell_index] = sent = (
-                before + len(repr(msg["content"])) + sum(map(len, msg.get("buffers") or ()))
-            )
-            if sent > self.CELL_OUTPUT:
-                if before <= self.CELL_OUTPUT:
-                    from grader.classroom.cells import MAX_OUTPUT, _size
-
-                    note = f"\n[output cut: {_size(sent)} and more not shown; a cell keeps at most {_size(MAX_OUTPUT)}]\n"
-                    cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=note))
+            self._sent += _bulk([msg["content"], msg.get("metadata"), msg.get("buffers")])
+            if self._sent > self.NOTEBOOK_OUTPUT:
+                if not any(o.get("name") == "stdout" and CUT in str(o.get("text")) for o in cell.outputs):
+                    text = f"\n[output cut: {_size(self._sent)} and more not shown; a cell keeps at most {_size(MAX_OUTPUT)}]\n"
+                    cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=text))
                 if msg["msg_type"] != "error" or any(o.get("output_type") == "error" for o in cell.outputs):
                     return None
                 c = msg["content"]  # the cell's first error is kept (it fails the cell), cut short
@@ -168,7 +179,7 @@ class GuardedExecute(Execute):
             cell.source = source
 
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
-        self._current, self._sent = -1, {}
+        self._current, self._sent = -1, 0
         if _CONTEXT:
             _CONTEXT["phases"]["kernel start"] = time.perf_counter()
         early = _CONTEXT.pop("kernel", None) if _CONTEXT else None

@@ -44,7 +44,15 @@ from grader.classroom.grades import (
     template,
     write_grades,
 )
-from grader.classroom.jobs import Job, JobResult, Options, default_protected, digest_of, read_regular
+from grader.classroom.jobs import (
+    SUBMITTED_CAP,
+    Job,
+    JobResult,
+    Options,
+    default_protected,
+    digest_of,
+    read_regular,
+)
 from grader.classroom.servers import WORKER_MODULES, share_servers, warm_up
 
 
@@ -73,11 +81,11 @@ class Submission:
         return None
 
     def read(self) -> bytes:
-        """The notebook's bytes: a regular file of at most FILE_CAP bytes, in the student's own folders,
+        """The notebook's bytes: a regular file of at most SUBMITTED_CAP bytes, in the student's own folders,
         never read through a link (``OSError`` saying why: a student can put anything here)."""
         if self.path.parent.is_symlink() or self.path.parent.parent.is_symlink():
             raise OSError(f"{self.student}/{self.lesson}: a link to another folder, not a folder")
-        return read_regular(self.path)
+        return read_regular(self.path, SUBMITTED_CAP)
 
     def digest(self) -> str:
         return digest_of(self.read(), self.timestamp)

@@ -91,6 +91,7 @@ def default_protected() -> list[str]:
 
 
 FILE_CAP = 64 * 1024 * 1024  # the most read of one file a student could make or touch
+SUBMITTED_CAP = 50 << 20  # a submitted file at most (as collect's): its graded copy then fits FILE_CAP
 
 
 def read_regular(path: Path, cap: int = FILE_CAP) -> bytes:

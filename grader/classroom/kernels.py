@@ -123,6 +123,9 @@ class KernelTampered(RuntimeError):
     would log it as an error of the run)."""
 
 
+MESSAGE_BYTES = 16 << 20  # the most of one part of a kernel's message (its content) the worker takes
+
+
 class GuardedKernelClient(AsyncKernelClient):
     """The client nbclient gets for a grading kernel: ready as soon as the kernel has answered, and
     never asleep on a reply that has come (``SteppedShellChannel``).
@@ -143,6 +146,7 @@ class GuardedKernelClient(AsyncKernelClient):
         # every 100 ms by default, which cost each kernel 0.1-0.2 s of waiting for its first reply
         context = super()._context_default()
         context.setsockopt(zmq.RECONNECT_IVL, 5)
+        context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_BYTES)  # a bigger part of a message is never parsed here
         return context
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:

@@ -52,26 +52,39 @@ def record_before_autograde(assignment: str = "", notebooks: list[str] | tuple =
 
 
 def set_aside(folder: Path) -> list[Path]:
-    """Move out of a submission's folder (to ``<work>/classroom/set_aside/``, as they are, links not
-    followed) what nbgrader would otherwise read or copy as root: links, pipes and other special files,
-    and files over FILE_CAP; a link in place of the folder goes too. nbgrader then grades the rest, or
-    (the notebook gone) reports this one as failed; the others are graded. Returns where each went."""
-    from grader.classroom.jobs import FILE_CAP
+    """Move out of a submission's folder (to a new folder in ``<work>/classroom/set_aside/``, as they are,
+    links not followed) what nbgrader would otherwise read or copy as root: links, pipes and other special
+    files, and files over SUBMITTED_CAP; a link in place of the folder goes too, and the whole folder where one
+    of them cannot be moved. nbgrader then grades the rest, or (the notebook gone) reports this one as
+    failed; the others are graded. Returns where each went."""
+    import tempfile
+
+    from grader.classroom.jobs import SUBMITTED_CAP
 
     folder, work = Path(os.path.abspath(folder)), Path(os.path.abspath(work_dir()))
-    moved, aside = [], work / "classroom" / "set_aside"
     links = [p for p in (folder.parent, folder) if p.is_symlink()]
     found = links or [Path(top) / n for top, dirs, files in os.walk(folder) for n in dirs + files]
-    for path in found:
-        st = path.lstat()
-        if links or not (S_ISDIR(st.st_mode) or S_ISREG(st.st_mode) and st.st_size <= FILE_CAP):
-            dest = aside / path.relative_to(work if path.is_relative_to(work) else path.anchor)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
-            moved.append(dest)
-            why = f"a link, a special file or over {FILE_CAP >> 20} MB: not read, moved to {dest}"
-            print(f"[nbgrader_config] {path}: {why}", file=sys.stderr)
-    return moved
+    bad = [
+        p for p in found if links or not (S_ISDIR(p.lstat().st_mode) or _small_file(p.lstat(), SUBMITTED_CAP))
+    ]
+    if not bad:
+        return []
+    (work / "classroom" / "set_aside").mkdir(parents=True, exist_ok=True)
+    into = Path(tempfile.mkdtemp(prefix=folder.parent.name + "-", dir=work / "classroom" / "set_aside"))
+    try:  # into a folder made now: nothing set aside before (a link, say) is on the way
+        for i, path in enumerate(bad):
+            os.replace(path, into / f"{i}-{path.name}"[:200])
+    except OSError:
+        os.replace(folder, into / "the whole submission")
+        bad = [folder]
+    why = f"a link, a special file or over {SUBMITTED_CAP >> 20} MB: not read, moved into {into}"
+    for path in bad:
+        print(f"[nbgrader_config] {path}: {why}", file=sys.stderr)
+    return [into]
+
+
+def _small_file(st: os.stat_result, cap: int) -> bool:
+    return S_ISREG(st.st_mode) and st.st_size <= cap
 
 
 def _record(lesson_ids: list[str]) -> list[str]:
