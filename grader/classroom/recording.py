@@ -51,24 +51,25 @@ def record_before_autograde(assignment: str = "", notebooks: list[str] | tuple =
         set_aside(Path(notebooks[0]).parent)
 
 
-def set_aside(folder: Path) -> list[Path]:
+def set_aside(folder: Path) -> Path | None:
     """Move out of a submission's folder (to a new folder in ``<work>/classroom/set_aside/``, as they are,
     links not followed) what nbgrader would otherwise read or copy as root: links, pipes and other special
     files, and files over SUBMITTED_CAP; a link in place of the folder goes too, and the whole folder where one
     of them cannot be moved. nbgrader then grades the rest, or (the notebook gone) reports this one as
-    failed; the others are graded. Returns where each went."""
+    failed; the others are graded. Returns the folder they went into (None: nothing to set aside)."""
     import tempfile
 
     from grader.classroom.jobs import SUBMITTED_CAP
 
+    def readable(path: Path) -> bool:  # a folder, or a regular file within the cap
+        st = path.lstat()
+        return S_ISDIR(st.st_mode) or S_ISREG(st.st_mode) and st.st_size <= SUBMITTED_CAP
+
     folder, work = Path(os.path.abspath(folder)), Path(os.path.abspath(work_dir()))
-    links = [p for p in (folder.parent, folder) if p.is_symlink()]
-    found = links or [Path(top) / n for top, dirs, files in os.walk(folder) for n in dirs + files]
-    bad = [
-        p for p in found if links or not (S_ISDIR(p.lstat().st_mode) or _small_file(p.lstat(), SUBMITTED_CAP))
-    ]
+    bad = [p for p in (folder.parent, folder) if p.is_symlink()]
+    bad = bad or [p for t, d, f in os.walk(folder) for p in (Path(t) / n for n in d + f) if not readable(p)]
     if not bad:
-        return []
+        return None
     (work / "classroom" / "set_aside").mkdir(parents=True, exist_ok=True)
     into = Path(tempfile.mkdtemp(prefix=folder.parent.name + "-", dir=work / "classroom" / "set_aside"))
     try:  # into a folder made now: nothing set aside before (a link, say) is on the way
@@ -80,11 +81,7 @@ def set_aside(folder: Path) -> list[Path]:
     why = f"a link, a special file or over {SUBMITTED_CAP >> 20} MB: not read, moved into {into}"
     for path in bad:
         print(f"[nbgrader_config] {path}: {why}", file=sys.stderr)
-    return [into]
-
-
-def _small_file(st: os.stat_result, cap: int) -> bool:
-    return S_ISREG(st.st_mode) and st.st_size <= cap
+    return into
 
 
 def _record(lesson_ids: list[str]) -> list[str]:
