@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -470,6 +471,16 @@ def _correct_notebook() -> nbformat.NotebookNode:
     return filled(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", solution_sources(LESSON))
 
 
+def _next_classmate_keeps_full_marks(template: bytes) -> None:
+    """A correct notebook graded next by the same worker earns full marks."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    notebook = nbformat.writes(_correct_notebook()).encode()
+    victim = grade_job(Job("next_ned", LESSON, notebook, template, options=Options(timeout=30)))
+    assert victim.error is None, victim.error
+    assert victim.score == victim.max_score, [(c.grade_id, c.score, c.message) for c in victim.cells]
+
+
 @needs_seal
 def test_a_process_left_behind_cannot_touch_the_graded_notebook(gradebook):
     """A stub submission whose shell keeps replacing the notebook in its folder earns what its code
@@ -610,9 +621,49 @@ def _as_nobody(argv: list[str], home: Path, timeout: float) -> subprocess.Comple
         "LANG": "C.UTF-8",
     }
     who = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    # where Python lies below a folder only root may enter (/root), it is shown in a mount namespace
+    shown = _shown_to_others([sys.base_prefix, sys.prefix, str(course.ROOT)], home)
+    if shown:
+        argv = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f'{shown} exec "$@"',
+            "sh",
+            *who,
+            *argv,
+        ]
+        who = []
     return subprocess.run(
         who + argv, cwd=course.ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def _shown_to_others(paths: list[str], stages: Path) -> str:
+    """Shell lines that cover each folder others may not enter, above these paths, with one that shows
+    only the entries on the way to them (as a machine whose Python is installed for everyone would)."""
+    entries: dict[str, set[str]] = {}
+    for path in paths:
+        parts = Path(path).resolve().parts
+        for i in range(1, len(parts) - 1):
+            folder = str(Path(*parts[: i + 1]))
+            if not os.stat(folder).st_mode & 0o001:
+                entries.setdefault(folder, set()).add(parts[i + 1])
+                break
+    lines = []
+    for folder, names in entries.items():
+        stage = tempfile.mkdtemp(prefix="shown-", dir=stages)
+        lines.append(f"mount -t tmpfs -o mode=0755,size=1m tmpfs {stage} &&")
+        for name in sorted(names):
+            inner = shlex.quote(os.path.join(folder, name))
+            lines.append(
+                f"mkdir {stage}/{shlex.quote(name)} && mount --bind {inner} {stage}/{shlex.quote(name)} &&"
+            )
+        lines.append(f"mount --move {stage} {shlex.quote(folder)} &&")
+    return " ".join(lines)
 
 
 @needs_seal
@@ -621,6 +672,15 @@ def test_the_boundary_holds_where_grading_does_not_run_as_root():
     """Grading run by an ordinary user (a JupyterHub server, a laptop): each child makes its namespaces
     itself, in a user namespace of that user. Every attack above is tried again that way, and all
     hold (the memory test is skipped there: an ordinary user gets no cgroup to divide)."""
+    code, said = _tests_as_nobody(__file__, 900, also=_PLAIN_WORK)
+    assert code == 0, said
+    assert re.search(r"\b1[0-9] passed", said) and "failed" not in said, said
+
+
+def _tests_as_nobody(path: str, timeout: float, also: str | None = None) -> tuple[int, str]:
+    """Run the tests of ``path`` but those named ``does_not_run_as_root`` as nobody: the exit status, and
+    what failed first (one line each) with the end of the run. Skips where an ordinary user cannot run
+    the course here, or (``also``: Python code) cannot do what grading needs beside the boundary."""
     home = Path(tempfile.mkdtemp(prefix="boundary-nobody-", dir="/tmp"))  # reachable by anyone
     os.chmod(home, 0o777)
     try:
@@ -629,20 +689,17 @@ def test_the_boundary_holds_where_grading_does_not_run_as_root():
             pytest.skip(f"the course cannot be read by an ordinary user here: {can.stderr[-300:]}")
         # what grading needs that has nothing to do with the boundary: nbgrader making a gradebook,
         # a multiprocessing pool. Where an ordinary user cannot do these here, the skip says why.
-        plain = _as_nobody([sys.executable, "-c", _PLAIN_WORK], home, 300)
-        if plain.returncode != 0:
+        plain = _as_nobody([sys.executable, "-c", also], home, 300) if also else None
+        if plain is not None and plain.returncode != 0:
             pytest.skip(f"an ordinary user cannot grade here, sealed or not: {plain.stderr[-600:]}")
         if _as_nobody(["unshare", "--user", "true"], home, 30).returncode != 0:
             pytest.skip("ordinary users may not make user namespaces on this machine")
-        tests = [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider", __file__]
+        tests = [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider", path]
         done = _as_nobody(
-            tests + ["-k", "not does_not_run_as_root", "-rfEs", "--tb=line", "-W", "ignore"], home, 900
+            tests + ["-k", "not does_not_run_as_root", "-rfEs", "--tb=line", "-W", "ignore"], home, timeout
         )
-        # what failed first (one line each), then the end of the run
         failed = [line for line in done.stdout.splitlines() if re.match(r"(FAILED|ERROR|E ) ", line)]
-        said = "\n".join(failed[:40]) + "\n...\n" + done.stdout[-6000:] + done.stderr[-2000:]
-        assert done.returncode == 0, said
-        assert re.search(r"\b1[0-9] passed", said) and "failed" not in said, said
+        return done.returncode, "\n".join(failed[:40]) + "\n...\n" + done.stdout[-6000:] + done.stderr[-2000:]
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

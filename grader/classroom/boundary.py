@@ -21,6 +21,7 @@ import ctypes
 import errno
 import os
 import platform
+import re
 import resource
 import select
 import signal
@@ -45,7 +46,8 @@ UID_BASE = 2_000_000_000
 UID_RANGE = 1 << 24
 FILE_LIMIT = 256 * 1024 * 1024  # the largest file student code may write (bytes)
 TMP_SIZE = 64 * 1024 * 1024  # each of a notebook's own /var/tmp and /dev/shm (memory, bytes)
-PROCESS_LIMIT = 1024  # processes and threads of a notebook's user (only where the server is root)
+PROCESS_LIMIT = 1024  # processes and threads of a notebook (not root: of its user namespace, Linux 5.14+)
+_RELEASE = tuple(int(n) for n in re.findall(r"\d+", platform.release())[:2])
 
 MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 0x4000, 0x40000, 0x2, 0x4, 0x8, 0x1000
 MS_RDONLY, MS_REMOUNT, MNT_DETACH = 0x1, 0x20, 2
@@ -453,6 +455,7 @@ def _inside(
     _private_tmp((user, user) if user is not None else None)
     if user is not None:
         _give(writable, user, user)
+    if user is not None or _RELEASE >= (5, 14):
         resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
     for cap in range(64):  # the bounding set (needs CAP_SETPCAP: emptied while it is still there)
         if _prctl(PR_CAPBSET_DROP, cap) != 0 and ctypes.get_errno() == errno.EINVAL:
