@@ -213,10 +213,11 @@ MAX_MODULE_LINES = 600
 STILL_OVER: set[str] = set()
 # the grading engine (grader/classroom/*.py) in lines, all together: may only shrink, but for a defence
 # an attack showed was missing (the last: where grading is not root, folders a notebook made read-only
-# removed with it and its processes capped in its own user namespace, 7 lines). The goal is 6,000; it holds the
+# removed with it, its processes capped in its own user namespace and its files on disk watched, 34
+# lines). The goal is 6,000; it holds the
 # boundary's cgroups, cover and seccomp filter, and the split into modules of at most 600 lines took
 # 155 lines of docstrings and imports
-ENGINE_LINES = 7961
+ENGINE_LINES = 7988
 
 
 def _lines(path: Path) -> int:

@@ -70,6 +70,44 @@ def test_folders_a_notebook_made_read_only_go_with_it(gradebook):
     _next_classmate_keeps_full_marks(template)
 
 
+_FILL_THE_DISK = (
+    attacks.FORK_EXEC
+    + r"""
+import time
+_shell("for i in 1 2 3 4 5 6; do fallocate -l 256M big$i; done")
+time.sleep(20)
+print("NOT", "STOPPED")
+"""
+)
+
+
+@needs_seal
+@pytest.mark.skipif(os.geteuid() == 0, reason="as root the area is a file system in memory of 1 GiB")
+def test_a_notebook_that_fills_the_disk_is_stopped_and_its_files_go(gradebook):
+    """Where grading is not root the area is on disk: a notebook that writes 1.5 GB there, in files each
+    under the size limit, is stopped within a moment (not at its time limit), flagged, its files go, and
+    the next classmate of the same worker keeps full marks."""
+    import time
+
+    from grader.classroom import lifecycle, servers
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = _correct_notebook()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(_FILL_THE_DISK))
+    area = Path(servers.sealed_area())
+    start = time.monotonic()
+    filler = grade_job(
+        Job("full_fay", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=60))
+    )
+    assert time.monotonic() - start < 15, "the notebook ran on"
+    assert filler.error is None, filler.error
+    assert "NOT STOPPED" not in filler.notebook.decode() and "DiskLimit" in filler.notebook.decode()
+    assert any(f"over {lifecycle.DISK_BYTES >> 20} MB" in flag for flag in filler.flags), filler.flags
+    assert not list(area.rglob("big*")), "its files were left"
+    _next_classmate_keeps_full_marks(template)
+
+
 _MANY_PROCESSES = r"""
 import resource, subprocess
 started = []
@@ -102,4 +140,4 @@ def test_the_limits_hold_where_grading_does_not_run_as_root():
     """The tests above, run again by an ordinary user (nobody)."""
     code, said = _tests_as_nobody(__file__, 600)
     assert code == 0, said
-    assert re.search(r"\b2 passed", said) and "failed" not in said, said
+    assert re.search(r"\b3 passed", said) and "failed" not in said, said

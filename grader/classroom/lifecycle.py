@@ -57,6 +57,31 @@ def begin(root: Path, lesson: Any, opts: Options, deny: list[str], autograded_di
     watchdog.daemon = True
     watchdog.start()
     _CONTEXT["watchdog"] = watchdog
+    if os.geteuid() != 0 and _CONTEXT["box"] != root:  # as root the area is 1 GiB in memory already
+        _CONTEXT["disk watch"] = token = object()  # this notebook's: the watch ends with it
+        threading.Thread(target=_watch_disk, args=(_CONTEXT["box"], token), daemon=True).start()
+
+
+DISK_BYTES = 1 << 30  # what a notebook may keep on disk where grading is not root (its area has no cap)
+
+
+def _watch_disk(box: Path, token: object) -> None:
+    """Five times a second while the notebook runs: stop it once its files in ``box`` pass ``DISK_BYTES``
+    (or 10,000 entries), as a notebook past its time limit is stopped, and flag it for review."""
+    while _CONTEXT.get("disk watch") is token and not _CONTEXT.get("stopped"):
+        used, seen, folders = 0, 0, [str(box)]
+        while folders and seen < 10_000:
+            with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    used += entry.stat(follow_symlinks=False).st_blocks * 512
+                    folders += [entry.path] if entry.is_dir(follow_symlinks=False) else []
+        if used > DISK_BYTES or seen >= 10_000:
+            _CONTEXT["flags"].append(f"wrote over {DISK_BYTES >> 20} MB or 10,000 files on disk: stopped")
+            _CONTEXT["disk_full"] = True
+            _kill_kernels()
+            return
+        threading.Event().wait(0.2)
 
 
 def stop_student_code() -> None:
