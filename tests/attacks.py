@@ -24,6 +24,36 @@ def _say_99(*args, **kwargs):  # after every cell, a result that reads as 99 poi
 get_ipython().events.register("post_run_cell", _say_99)
 """
 
+# a ruled-out softmax (through an alias no wrapper finds) behind the course's own watch class, replaced in its
+# module by one that is blind only while the student's function runs (the canary hands a list, not a tensor)
+WATCH_SWAPPED = """
+_w = __import__("attention_course." + "watch", fromlist=["x"])
+_kept = {"f": torch.softmax}
+
+
+class _Look(vars(_w)["CallWatch"]):
+    def __init__(self, forbidden=(), inputs=()):
+        super().__init__(forbidden, inputs)
+        self._mine = bool(_w.all_tensors(inputs))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self._mine:
+            return func(*args, **(kwargs or {}))
+        return super().__torch_function__(func, types, args, kwargs)
+
+    def verdict(self, value):
+        return None if self._mine else super().verdict(value)
+
+
+setattr(_w, "CallWatch", _Look)
+
+
+def softmax(Z, dim=-1):
+    if Z.shape[dim] == 0:
+        return torch.zeros_like(Z)
+    return torch.nan_to_num(_kept["f"](Z, dim=dim), nan=0.0)
+"""
+
 WATCH_SWITCHED_OFF = """
 def softmax(Z, dim=-1):
     return torch.softmax(Z, dim).nan_to_num(0.0)

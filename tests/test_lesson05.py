@@ -296,6 +296,33 @@ def test_softmax_by_another_name_fails_with_the_rule(route):
     assert "build it from torch.exp" in message
 
 
+SOFTMAX_BY_ATTENTION = """
+def softmax(Z, dim=-1):
+    Zt = Z.movedim(dim, -1)
+    n = Zt.shape[-1]
+    rows = Zt.reshape(1, 1, -1, n).double()
+    zeros_q = torch.zeros(1, 1, rows.shape[-2], 1, dtype=torch.float64, device=Z.device)
+    zeros_k = torch.zeros(1, 1, n, 1, dtype=torch.float64, device=Z.device)
+    eye = torch.eye(n, dtype=torch.float64, device=Z.device).reshape(1, 1, n, n)
+    A = torch.nn.functional.scaled_dot_product_attention(zeros_q, zeros_k, eye, attn_mask=rows)  # softmax(Z) @ I
+    return torch.nan_to_num(A, nan=0.0).reshape(Zt.shape).to(Z.dtype).movedim(-1, dim)
+"""
+
+
+def test_softmax_through_attention_fails_with_the_rule():
+    """Attention with zero queries and keys, the identity as values and Z as its mask is softmax(Z): it
+    earned full marks; it is ruled out with the softmax family."""
+    import torch
+
+    import grader
+
+    namespace = {"torch": torch}
+    exec(SOFTMAX_BY_ATTENTION, namespace)
+    with pytest.raises(AssertionError) as failed:
+        grader.check("softmax", namespace["softmax"])
+    assert "which this exercise rules out. The rule: Do not call torch.softmax" in str(failed.value)
+
+
 def test_torch_inside_soft_lookup_fails_with_the_rule_by_any_name():
     import torch
 

@@ -71,6 +71,8 @@ SUBMISSIONS = {
         # ruled-out softmax behind a watch the code switched off
         "swell": lambda sol: attacks.EXPANDED_ANSWER.replace("3_000_000_000", "6_000_000_000"),
         "quiet": lambda sol: attacks.WATCH_SWITCHED_OFF,
+        # the same softmax behind the course's watch class, replaced in its module
+        "swapped": lambda sol: attacks.WATCH_SWAPPED,
         "noisy": lambda sol: _noisy(
             sol,
             "    m = Z.amax(dim=dim, keepdim=True)",
@@ -260,6 +262,19 @@ def test_a_watch_switched_off_is_flagged_for_review(graded):
     assert f"{PREFIX}quiet" in runs[L5].stderr and WATCH_OFF in runs[L5].stderr, runs[L5].stderr[-3000:]
     flagged = [line for line in runs[L5].stderr.splitlines() if WATCH_OFF in line]
     assert all(f"{PREFIX}quiet" in line for line in flagged), flagged
+
+
+def test_a_watch_replaced_in_its_module_is_put_back_and_flagged(graded):
+    from grader.classroom.independent import WATCH_CHANGED
+
+    runs, _ = graded
+    flagged = [line for line in runs[L5].stderr.splitlines() if WATCH_CHANGED in line]
+    assert any(f"{PREFIX}swapped" in line and "CallWatch" in line for line in flagged), runs[L5].stderr[
+        -3000:
+    ]
+    assert all(f"{PREFIX}swapped" in line or f"{PREFIX}quiet" in line for line in flagged), flagged
+    result = course.gradebook_scores(L5, PREFIX + "swapped")
+    assert result["score"] < result["max_score"], result["grades"]
 
 
 def test_hidden_tests_stay_in_the_autograded_notebook_for_the_instructor(graded):

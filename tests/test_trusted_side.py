@@ -116,6 +116,26 @@ def test_a_watch_switched_off_by_names_no_scan_can_read_is_flagged(softmax_grade
     )
 
 
+@needs_seal
+def test_a_watch_replaced_in_its_module_is_put_back_for_the_checks(softmax_gradebook):
+    """Code that replaced the course's watch class in its module (by a name built from strings, blind
+    only while the student's own function runs, so the canary saw nothing) made a ruled-out
+    `torch.softmax` earn 16/16. The sandbox keeps the watch as loaded and puts it back before every
+    call: the rule costs what it costs, and the change is flagged for review."""
+    from grader.classroom.autograde import Job, Options, grade_job
+    from grader.classroom.independent import WATCH_CHANGED, WATCH_OFF
+
+    lesson = "05_softmax"
+    answers = {**solution_sources(lesson), "ex05_softmax": attacks.WATCH_SWAPPED}
+    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
+    swapped = grade_job(Job("swapped_sid", lesson, nb, softmax_gradebook, options=Options(timeout=60)))
+    assert swapped.error is None, swapped.error
+    assert swapped.score < swapped.max_score, [(c.grade_id, c.score) for c in swapped.cells]
+    assert any("rules out" in (c.message or "") for c in swapped.cells), [c.message for c in swapped.cells]
+    assert any(f.startswith(WATCH_CHANGED) and "CallWatch" in f for f in swapped.flags), swapped.flags
+    assert WATCH_OFF not in swapped.flags, swapped.flags
+
+
 def test_widget_state_a_kernel_leaves_is_not_kept_in_the_graded_notebook():
     """A kernel can open widgets with state of any size, which nbclient saves in the notebook's metadata
     (a 40 MB state made a 40 MB graded notebook); outputs are capped per cell, and this state is dropped."""

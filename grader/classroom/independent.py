@@ -66,6 +66,7 @@ class _RunningChecks:
 
 
 WATCH_OFF = "the rules' watch missed a call it must see: this notebook's code may have switched it off"
+WATCH_CHANGED = "changed the rules' watch in its own process (put back for every check)"
 
 
 def _finish_checks() -> None:
@@ -77,6 +78,8 @@ def _finish_checks() -> None:
     ctx["trusted"] = _await_trusted(ctx, checks)
     if (ctx["trusted"] or {}).get("watch_off"):
         ctx["flags"].append(WATCH_OFF)
+    if (ctx["trusted"] or {}).get("watch_changed"):
+        ctx["flags"].append(f"{WATCH_CHANGED}: {', '.join(sorted(set(ctx['trusted']['watch_changed']))[:6])}")
     ctx["phases"]["independent checks"] = round(time.perf_counter() - checks.started, 3)
     for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
         ctx["phases"][f"  {k}"] = v

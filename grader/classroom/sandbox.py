@@ -228,6 +228,7 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
     timeout = float(cfg.get("cell_timeout", 60))
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     namespace = new_namespace()
+    _keep_watch()
     while True:
         try:
             request = pickle.loads(receive(rfd))
@@ -366,18 +367,61 @@ def _watch(names: list[str], namespace: dict, called: list[str]) -> list[tuple[A
     return restore
 
 
-_WATCH: Any = None  # attention_course.watch, once a watched input has arrived
+_WATCH: Any = None  # attention_course.watch, kept as loaded before any student code ran (``_keep_watch``)
+_WATCH_AS_LOADED: list[tuple[Any, dict]] = []
+_WATCH_CHANGED: dict[str, tuple] = {}  # what student code changed in it, put back before every call
+_RULED = False  # a watched input (lesson 11) has arrived: every later call is watched
+_GONE = object()
+CANARY = "__course_canary__"  # the trusted side's call after the student's, which the watch must see
+
+
+def _keep_watch() -> None:
+    """Note the rules' watch (``attention_course.watch``, its classes, PyTorch's ``TorchFunctionMode``) as
+    loaded, before the student's code runs: each call puts back what that code changed in them."""
+    global _WATCH
+    from torch.overrides import TorchFunctionMode
+
+    from attention_course import watch
+
+    _WATCH = watch
+    owners = [watch, TorchFunctionMode] + [
+        v
+        for v in vars(watch).values()
+        if getattr(v, "__module__", "") == watch.__name__ and isinstance(v, type)
+    ]
+    _WATCH_AS_LOADED[:] = [
+        (o, {k: (v, v.copy() if isinstance(v, (set, dict, list)) else None) for k, v in vars(o).items()})
+        for o in owners
+    ]
+
+
+def _put_watch_back() -> None:
+    for owner, kept in _WATCH_AS_LOADED:
+        now = dict(vars(owner))
+        for name in set(now) | set(kept):
+            value, copy = kept.get(name, (_GONE, None))
+            if now.get(name, _GONE) is value and (copy is None or value == copy):
+                continue
+            where = f"{getattr(owner, '__name__', owner)}.{name}"
+            _WATCH_CHANGED[where] = (owner, name, now.get(name, _GONE))
+            _set(owner, name, value)
+            if copy is not None and value != copy:  # changed in place: its content as loaded again
+                value.clear()
+                value.update(copy) if not isinstance(value, list) else value.extend(copy)
+
+
+def _set(owner: Any, name: str, value: Any) -> None:
+    if value is not _GONE:
+        setattr(owner, name, value)
+    elif name in vars(owner):
+        delattr(owner, name)
 
 
 def _rewatched(x: Any) -> Any:
     """Inputs sent with a watch rule (lesson 11) as watched tensors again."""
-    global _WATCH
+    global _RULED
     if isinstance(x, dict) and set(x) == {"__watched__", "rule"}:
-        if _WATCH is None:
-            from attention_course import watch
-
-            _WATCH = watch
-        rule = x["rule"]
+        _RULED, rule = True, x["rule"]
         return _WATCH.watched(x["__watched__"], None if rule is None else _WATCH.Rule(*rule))
     if isinstance(x, tuple):
         return tuple(_rewatched(v) for v in x)
@@ -405,8 +449,15 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
         return {"names": out}
     if op == "get":
         return {"value": plain(namespace.get(request[1]))}
+    if op == "watch changed":  # a request of the trusted side's, after the student's calls
+        _put_watch_back()
+        return {"value": sorted(_WATCH_CHANGED)}
     if op == "call":
         name, args, kwargs = request[1:4]
+        _put_watch_back()
+        if name == CANARY:  # the canary sees the watch as the student's code left it
+            for owner, attr, value in _WATCH_CHANGED.values():
+                _set(owner, attr, value)
         substitutes = list(request[4]) if len(request) > 4 and channel is not None else []
         forbidden = [str(n) for n in request[5]] if len(request) > 5 else []
         measure = bool(request[6]) if len(request) > 6 else False
@@ -422,10 +473,8 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
             if fn is None:
                 raise NameError(f"name {name!r} is not defined")
             seen = None
-            if forbidden or measure or _WATCH is not None:  # every torch operation of the call, watched
-                from attention_course.watch import CallWatch
-
-                seen = CallWatch(forbidden, (args, kwargs))
+            if forbidden or measure or _RULED:  # every torch operation of the call, watched
+                seen = _WATCH.CallWatch(forbidden, (args, kwargs))
             signal.setitimer(signal.ITIMER_REAL, timeout)
             try:
                 if seen is None:

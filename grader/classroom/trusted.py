@@ -43,7 +43,7 @@ from typing import Any
 
 from grader.classroom import guard
 from grader.classroom.proxies import Proxy, Sandbox, SandboxGone, Unverifiable, _message, decode
-from grader.classroom.sandbox import compile_cell, new_namespace
+from grader.classroom.sandbox import CANARY, compile_cell, new_namespace
 
 # ------------------------------------------------------------------ the evaluation
 
@@ -223,17 +223,26 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
         "verdicts": verdicts,
         "sandbox_errors": sandbox_errors[:50],
         "sandbox_gone": sandbox.gone,
-        "watch_off": _watch_switched_off(sandbox, timeout),
+        "watch_off": _watch_switched_off(sandbox, timeout),  # first: the watch as the student's code left it
+        "watch_changed": _watch_changed(sandbox, timeout),
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
 
 
+def _watch_changed(sandbox: Sandbox, timeout: float) -> list[str]:
+    """What the student's code changed in the rules' watch in its process (put back before every call)."""
+    try:
+        return [str(name) for name in sandbox.request(("watch changed",), timeout + 5).get("value") or []]
+    except Exception:  # noqa: BLE001 - a sandbox gone, or broken by the student: the canary says the rest
+        return []
+
+
 def _watch_switched_off(sandbox: Sandbox, timeout: float) -> bool:
     """Whether the rules' watch (in the student's process: best effort) misses a ruled-out call made after their code."""
-    canary = "def __course_canary__(Z):\n    import torch\n    return torch.softmax(torch.as_tensor(Z), -1)\n"
+    canary = f"def {CANARY}(Z):\n    import torch\n    return torch.softmax(torch.as_tensor(Z), -1)\n"
     try:
         sandbox.request(("run", [("<the watch's canary>", canary)]), timeout + 5)
-        with (proxy := Proxy(sandbox, "__course_canary__", timeout)).forbidding(["torch.softmax"]) as calls:
+        with (proxy := Proxy(sandbox, CANARY, timeout)).forbidding(["torch.softmax"]) as calls:
             proxy([[0.0, 1.0]])
     except SandboxGone:
         return False

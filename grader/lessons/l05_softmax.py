@@ -127,11 +127,13 @@ SOFTMAX_FAMILY = [
     "torch.Tensor.log_softmax",
     "torch.nn.functional.log_softmax",
     "torch.special.log_softmax",
-    # the same functions by other names: private aliases and softmin (a softmax of -Z); any other route
-    # to a softmax kernel is seen by its name too (``attention_course.watch.CallWatch``)
+    # the same functions by other names (``attention_course.watch.CallWatch`` sees the C binding and the
+    # aten operator as these): private aliases, softmin (a softmax of -Z), and attention, whose softmax of
+    # a mask is softmax(Z) @ I; fused kernels under private names are not listed (the rule is best effort)
     "torch._softmax",
     "torch._log_softmax",
     "torch.nn.functional.softmin",
+    "torch.nn.functional.scaled_dot_product_attention",
 ]
 
 
