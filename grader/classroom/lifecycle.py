@@ -76,7 +76,8 @@ def _watch_disk(box: Path, token: object) -> None:
                     seen += 1
                     used += entry.stat(follow_symlinks=False).st_blocks * 512
                     folders += [entry.path] if entry.is_dir(follow_symlinks=False) else []
-        if used > DISK_BYTES or seen >= 10_000:
+        over = used > DISK_BYTES or seen >= 10_000
+        if over and _CONTEXT.get("disk watch") is token:  # its notebook still
             _CONTEXT["flags"].append(f"wrote over {DISK_BYTES >> 20} MB or 10,000 files on disk: stopped")
             _CONTEXT["disk_full"] = True
             _kill_kernels()
