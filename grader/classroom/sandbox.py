@@ -389,16 +389,25 @@ def _keep_watch() -> None:
         for v in vars(watch).values()
         if getattr(v, "__module__", "") == watch.__name__ and isinstance(v, type)
     ]
-    _WATCH_AS_LOADED[:] = [
-        (o, {k: (v, v.copy() if isinstance(v, (set, dict, list)) else None) for k, v in vars(o).items()})
+    _WATCH_AS_LOADED[:] = [  # the module's own names, each class's all; containers by content
+        (
+            o,
+            {
+                k: (v, v.copy() if k[:2] != "__" and isinstance(v, (set, dict, list)) else None)
+                for k, v in vars(o).items()
+            },
+        )
         for o in owners
     ]
+    _WATCH_AS_LOADED[0] = (watch, {k: v for k, v in _WATCH_AS_LOADED[0][1].items() if k[:2] != "__"})
 
 
 def _put_watch_back() -> None:
     for owner, kept in _WATCH_AS_LOADED:
         now = dict(vars(owner))
         for name in set(now) | set(kept):
+            if name not in kept and name[:2] == "__":  # added as it runs (``__warningregistry__``)
+                continue
             value, copy = kept.get(name, (_GONE, None))
             if now.get(name, _GONE) is value and (copy is None or value == copy):
                 continue
