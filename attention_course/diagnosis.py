@@ -454,12 +454,12 @@ class RuleWatch(CallWatch):
             frame = frame.f_back
         return False
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        called = self._forbidden_name(func)
-        if called is not None and called not in self.calls and self._by_student(sys._getframe(1)):
+    def _forbidden_call(self, called: str | None, frame: types.FrameType | None) -> None:
+        if called is not None and called not in self.calls and self._by_student(frame):
             self.calls.append(called)
-        return func(*args, **kwargs)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        return self._run(func, args, kwargs or {}, sys._getframe(1))
 
 
 # ------------------------------------------------------------------ where the visible checks stand

@@ -15,22 +15,35 @@ torch.softmax" is not fooled by ``torch._softmax``), a watched input taken out o
 from __future__ import annotations
 
 import importlib
+import math
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 @dataclass(frozen=True)
 class Rule:
-    """What a case's inputs may not lead to. kind 'matrix': (T_q, T_k); kind 'row': rows of N."""
+    """What a case's inputs may not lead to. kind 'matrix': (T_q, T_k); kind 'row': rows of N.
+
+    ``block``: the case's block_size, where more than it at once (scores of more keys, more entries of a
+    row) breaks the rule too; ``free``: the case's other sizes (batch, head dims), which a tensor may hold.
+    """
 
     kind: str
     T_q: int = 0
     T_k: int = 0
     N: int = 0
+    block: int = 0
+    free: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "free", tuple(self.free))  # sent to a sandbox, it comes back as a list
 
 
 # operations that take a block, a view or a copy of a tensor without computing anything from whole rows
@@ -61,32 +74,53 @@ def _name(func) -> str:
     return getattr(func, "__name__", None) or str(func)
 
 
+# fused attention kernels by any of their names (``torch._scaled_dot_product_flash_attention_for_cpu``, ...)
+_FUSED = ("scaled_dot_product", "sdp_choice", "flash_attention", "efficient_attention", "cudnn_attention",
+          "multi_head_attention", "scaled_dot_attention", "transformer_encoder")  # fmt: skip
+
+
+def _too_much(rule: Rule, shape: tuple[int, ...]) -> tuple[str, str] | None:
+    """(kind, what) when a tensor of this shape holds more than the rule allows at once."""
+    if rule.kind == "row":
+        if rule.N in shape:
+            return "row", f"whole rows of N = {rule.N} entries"
+        wide = [k for k in shape if rule.block < k < rule.N and k not in rule.free] if rule.block else []
+        if wide:
+            return "wide", f"{wide[0]} entries of a row at once, more than block_size = {rule.block}"
+        return None
+    full = shape.count(rule.T_q) >= 2 if rule.T_q == rule.T_k else (rule.T_q in shape and rule.T_k in shape)
+    if full or rule.T_q * rule.T_k in shape:
+        return "full", f"a full score matrix of T_q = {rule.T_q} queries by T_k = {rule.T_k} keys"
+    if rule.block and rule.T_q in shape:
+        rest = list(shape)
+        rest.remove(rule.T_q)
+        wide = [k for k in rest if rule.block < k <= rule.T_k and k not in rule.free]
+        if wide:
+            return (
+                "wide",
+                f"scores of {wide[0]} keys at once for each query, more than block_size = {rule.block}",
+            )
+    return None
+
+
 def _judge(
-    rule: Rule, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor]
+    rule: Rule, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor], selects: set[str] = _SELECTS
 ) -> tuple[str, str] | None:
+    """The note for one operation: inputs, the watched tensors it received (kind 'row'); outputs, all it made."""
     name = _name(func)
     if rule.kind == "matrix":
-        if "scaled_dot_product_attention" in name:
+        if any(f in name for f in _FUSED):
             return "sdpa", f"it called {name}, which does the whole computation at once"
         for t in outputs:
-            shape = tuple(t.shape)
-            full = (
-                shape.count(rule.T_q) >= 2
-                if rule.T_q == rule.T_k
-                else (rule.T_q in shape and rule.T_k in shape)
-            )
-            if full or rule.T_q * rule.T_k in shape:
-                return "full", (
-                    f"`{name}` made a tensor of shape {shape}: a full score matrix of "
-                    f"T_q = {rule.T_q} queries by T_k = {rule.T_k} keys"
-                )
-    elif rule.kind == "row" and name not in _SELECTS and outputs:
+            found = _too_much(rule, tuple(t.shape))
+            if found is not None:
+                return found[0], f"`{name}` made a tensor of shape {tuple(t.shape)}: {found[1]}"
+    elif rule.kind == "row" and name.split(".")[0] not in selects and outputs:
         for t in inputs:
-            if isinstance(t, Watched) and rule.N in tuple(t.shape):
-                return "row", (
-                    f"`{name}` was applied to a tensor of shape {tuple(t.shape)}, which holds whole rows "
-                    f"of N = {rule.N} entries"
-                )
+            found = _too_much(rule, tuple(t.shape))
+            if found is not None:
+                kind, what = found
+                return kind, f"`{name}` was applied to a tensor of shape {tuple(t.shape)}, which holds {what}"
     return None
 
 
@@ -110,7 +144,7 @@ class Watched(torch.Tensor):
             outputs = all_tensors(out)
             note = next((n for n in (getattr(t, "_note", None) for t in inputs) if n is not None), None)
             if note is None:
-                note = _judge(rule, func, inputs, outputs)
+                note = _judge(rule, func, [t for t in inputs if isinstance(t, Watched)], outputs)
             targets = list(outputs)
             if _name(func).endswith("_") or _name(func) == "__setitem__":
                 targets += all_tensors(args[:1])  # written in place
@@ -176,14 +210,59 @@ def _holds_too_much(rule: Rule, t: torch.Tensor) -> bool:
     return rule.T_k in shape or rule.T_q * rule.T_k in shape
 
 
+# aten operations that take a block, a view or a copy of a tensor, or only its size, computing nothing from it
+_ATEN_SELECTS = {
+    "slice", "select", "view", "_unsafe_view", "_reshape_alias", "alias", "detach", "clone", "_to_copy",
+    "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "split", "split_with_sizes", "unbind",
+    "narrow", "unfold", "as_strided", "lift_fresh", "lift_fresh_copy", "copy", "_local_scalar_dense",
+    "view_as_real", "view_as_complex", "_conj", "resolve_conj", "resolve_neg", "equal",
+}  # fmt: skip
+# aten operations whose result takes only the size of their input (no value of it)
+_ATEN_SHAPED = {
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like",
+    "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "empty_strided",
+}  # fmt: skip
+
+
+def _functions_off() -> bool:
+    """Whether torch functions are switched off altogether (``torch._C.DisableTorchFunction``)."""
+    off = getattr(torch._C, "_is_torch_function_all_disabled", None)
+    return bool(off()) if off is not None else False
+
+
+class _Below(TorchDispatchMode):
+    """A CallWatch's eyes at PyTorch's dispatcher: every aten operation the call makes, from Python,
+    TorchScript or C++, with torch functions switched on or off, by whatever name it was called."""
+
+    def __init__(self, watch: CallWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else PyTorch imports torch._dynamo (a second, 800 modules) on the first operation
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self.watch._dispatched(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
+        except Exception:  # noqa: BLE001 - watching never changes what the student's code gets
+            pass
+        return out
+
+
 class CallWatch(TorchFunctionMode):
     """While one call of a student's function runs: the forbidden functions it calls (by any alias),
     how lesson 11's watched inputs were read, and the largest tensor it made.
 
     It sees every torch operation the call makes at its own level, on watched and plain tensors alike,
     so a private alias (``torch._softmax``), the C binding or a watched input turned into a plain
-    tensor is seen too. ``calls``: forbidden names called; ``note``: (kind, sentence) or None;
-    ``largest``: (bytes, shape, dtype) of the largest tensor an operation returned.
+    tensor is seen too; and, where there are forbidden names or a rule, every aten operation at the
+    dispatcher (``_Below``), so torch functions switched off, TorchScript and fused kernels under private
+    names are seen as well. There it follows which storages were computed from the watched inputs, so a
+    copy or a view is followed whatever its Python class. ``calls``: forbidden names called; ``note``:
+    (kind, sentence) or None; ``largest``: (bytes, shape, dtype) of the largest tensor an operation returned.
     """
 
     def __init__(self, forbidden: list[str] | tuple[str, ...] = (), inputs: Any = ()) -> None:
@@ -202,6 +281,55 @@ class CallWatch(TorchFunctionMode):
         self.rule: Rule | None = rules[0] if rules else None
         self._shapes = {tuple(t.shape) for t in watched_inputs}
         self.read = False
+        self._held: dict[int, StorageWeakRef] = {}  # storages computed from the watched inputs
+        self.converted = 0  # values of them taken out of torch (numpy, lists, numbers)
+        if self.rule is not None:
+            for t in watched_inputs:
+                self._hold(t)
+        self._below: _Below | None = None
+        self.off: tuple[str, str] | None = None  # the note for inputs read with torch functions off
+        self.review: str | None = None  # what the watch could not decide, for a person to look at
+        self._covered = False  # inside a torch function already recorded as forbidden
+        self._made: dict[int, StorageWeakRef] = {}  # storages the watch saw made from no unseen tensor
+        self.mixed: list[tuple[str, tuple[int, ...]]] = []  # operations on the inputs and unseen tensors
+
+    def __enter__(self) -> CallWatch:
+        super().__enter__()
+        if self.forbidden or self.rule is not None:
+            self._below = _Below(self).__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._below is not None:
+            try:
+                self._below.__exit__(*exc)
+            except Exception:  # noqa: BLE001 - the student's code took it off already
+                pass
+        return super().__exit__(*exc)
+
+    def _hold(self, t: torch.Tensor, book: dict | None = None, keep: bool = True) -> None:
+        """Note t's storage in book (the storages computed from the inputs), or take it out."""
+        book = self._held if book is None else book
+        try:
+            storage = t.untyped_storage()
+            if not keep:
+                book.pop(storage._cdata, None)
+            elif storage._cdata not in book:
+                book[storage._cdata] = StorageWeakRef(storage)
+        except Exception:  # noqa: BLE001 - a tensor without storage (sparse, nested) is not followed
+            pass
+
+    def _holds(self, t: torch.Tensor, book: dict | None = None) -> bool:
+        try:
+            storage = t.untyped_storage()
+        except Exception:  # noqa: BLE001
+            return False
+        ref = (self._held if book is None else book).get(storage._cdata)
+        return ref is not None and not ref.expired()
+
+    def _unseen(self, t: torch.Tensor) -> bool:
+        """Whether t was made where the watch did not see it (another thread, numpy, the dispatcher off)."""
+        return not self._holds(t) and not self._holds(t, self._made)
 
     def _forbidden_name(self, func: Any) -> str | None:
         name = self._objects.get(id(func))
@@ -222,17 +350,68 @@ class CallWatch(TorchFunctionMode):
                 return name
         return None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        called = self._forbidden_name(func) if self.forbidden else None
+    def _forbidden_call(self, called: str | None, frame: Any) -> None:
+        """Record a forbidden name called (``frame``: where the call was made, for watches that ask)."""
         if called is not None and called not in self.calls:
             self.calls.append(called)
-        out = func(*args, **kwargs)
+
+    def _run(self, func: Any, args: Any, kwargs: dict, frame: Any) -> Any:
+        """func(*args, **kwargs), a torch function: a forbidden one is recorded by the name called here (what
+        it does below is not recorded again by its aten names); a fused attention kernel is noted first."""
+        called = self._forbidden_name(func) if self.forbidden else None
+        self._forbidden_call(called, frame)
+        if self.rule is not None and self.note is None and self.rule.kind == "matrix":
+            self.note = _judge(self.rule, func, [], [])
+        covered, self._covered = self._covered, self._covered or called is not None
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._covered = covered
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        out = self._run(func, args, kwargs, sys._getframe(1))
         try:
             self._look(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
         except Exception:  # noqa: BLE001 - watching never changes what the student's code gets
             pass
         return out
+
+    def _dispatched(self, func: Any, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        """One aten operation, seen at the dispatcher."""
+        if self.forbidden and not self._covered:
+            self._forbidden_call(self._forbidden_name(func), sys._getframe(2))
+        rule = self.rule
+        if rule is None:
+            return
+        name = _name(func).split(".")[0]
+        held = [t for t in inputs if self._holds(t)]
+        if held and name not in _ATEN_SHAPED:
+            self.read = True
+            for t in outputs:
+                self._hold(t)
+            self.mixed += [
+                (name, tuple(t.shape)) for t in inputs if t.is_floating_point() and self._unseen(t)
+            ]
+        else:  # made here, unless from something the watch did not see made (or values taken out of torch)
+            clean = not any(map(self._unseen, inputs)) and not (
+                self.converted and name.startswith("lift_fresh")
+            )
+            for t in outputs:
+                self._hold(t, self._made, clean)
+        if held and self.off is None and _functions_off():
+            self.off = (
+                "off",
+                f"it switched torch functions off (torch._C.DisableTorchFunction) and read its inputs there "
+                f"(`{name}`): its result was computed without the watch seeing its inputs being read",
+            )
+        if self.note is not None:
+            return
+        if rule.kind == "matrix":
+            self.note = _judge(rule, func, [], [t for t in outputs if t.is_floating_point()])
+        else:
+            seen = held + [t for t in inputs if t.is_floating_point() and tuple(t.shape) in self._shapes]
+            self.note = _judge(rule, func, seen, outputs, _ATEN_SELECTS | _ATEN_SHAPED)
 
     def _look(self, func: Any, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         for t in outputs:
@@ -243,9 +422,11 @@ class CallWatch(TorchFunctionMode):
         if rule is None:
             return
         name = _name(func)
-        mine = [t for t in inputs if isinstance(t, Watched) and t._rule is not None]
+        mine = [t for t in inputs if (isinstance(t, Watched) and t._rule is not None) or self._holds(t)]
         if mine and (outputs or name in _CONVERSIONS) and name not in _METADATA:
             self.read = True
+        if name in _CONVERSIONS:
+            self.converted += sum(t.numel() for t in mine)
         if self.note is not None:
             return
         if name in _CONVERSIONS:
@@ -271,15 +452,33 @@ class CallWatch(TorchFunctionMode):
                     return
 
     def verdict(self, value: Any) -> tuple[str, str] | None:
-        """The note for a call that returned ``value``: what was seen, or that the inputs were never read."""
+        """The note for a call that returned ``value``: what was seen, or that the inputs were never read
+        (or the result was made from none of them) through torch."""
         if self.rule is None:
             return None
-        found = note_of(value) or self.note
+        found = self.off or note_of(value) or self.note
         if found is None and not self.read:
             found = (
                 "unseen",
                 "its result was computed without the watch seeing its inputs being read "
                 "(e.g. after turning them into plain tensors)",
+            )
+        shapes = {tuple(t.shape) for t in all_tensors(value)}  # a number may be a constant made before
+        mixed = [(op, shape) for op, shape in self.mixed if math.prod(shape) > 1 or shape in shapes]
+        if found is None and mixed:
+            self.review = (
+                f"combined values of its inputs (`{mixed[0][0]}`) with a tensor of shape {mixed[0][1]} made "
+                "where the watch could not see it (another thread, numpy, or the dispatcher's watch switched off)"
+            )
+        elif found is None and not any(self._holds(t) for t in all_tensors(value)):
+            if not self.converted:
+                return (
+                    "unseen",
+                    "its result was not computed from its inputs by any torch operation the watch saw",
+                )
+            self.review = (  # blocks read into Python one at a time (honest), or glued back there (not)
+                "computed its result outside torch from values of its inputs taken out (numpy, lists, "
+                "numbers), where the watch cannot tell whether they were read one block at a time"
             )
         return found
 

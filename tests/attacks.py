@@ -150,3 +150,110 @@ for _ in range(400):
 print(open("gb.txt").read() if os.path.exists("gb.txt") else "the shell wrote nothing")
 """
 )
+
+# ---- lesson 11's rules (and lesson 05's), routes around a watch of torch functions alone
+
+# tiled_attention as one call of a fused kernel under a private name that lacks "attention" twice
+L11_FUSED_TILED = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    T_q, T_k, d_k, d_v = Q.shape[-2], K.shape[-2], Q.shape[-1], V.shape[-1]
+    batch, d = Q.shape[:-2], max(d_k, d_v)
+    q = F.pad(Q.double().reshape(-1, 1, T_q, d_k), (0, d - d_k))
+    k = F.pad(K.double().reshape(-1, 1, T_k, d_k), (0, d - d_k))
+    v = F.pad(V.double().reshape(-1, 1, T_k, d_v), (0, d - d_v))
+    fused = getattr(torch, "_scaled_dot_product_flash" + "_attention_for_cpu")
+    out = fused(q, k, v, 0.0, causal, scale=1 / math.sqrt(d_k))[0]
+    return out[..., :d_v].reshape(*batch, T_q, d_v).to(Q.dtype)
+"""
+
+# whole rows inside TorchScript, after one visible read of a slice
+L11_SCRIPTED_STATS = '''
+_ts = torch.jit.CompilationUnit("""
+def stats(Z: Tensor):
+    m = Z.amax(dim=-1)
+    return m, torch.exp(Z - m.unsqueeze(-1)).sum(dim=-1)
+""")
+
+
+def online_softmax_stats(Z, block_size):
+    Z[..., :1] * 1
+    return _ts.stats(Z)
+'''
+
+# torch functions switched off by a name built from strings (the source scan cannot see it)
+L11_QUIET_TILED = """
+_quiet = getattr(torch._C, "Disable" "TorchFunction")
+
+
+def tiled_attention(Q, K, V, block_size, causal=False):
+    Q[..., :1, :] * 1
+    with _quiet():
+        out = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+    return out
+"""
+
+L05_QUIET_SOFTMAX = """
+_quiet = getattr(torch._C, "Disable" "TorchFunction")
+
+
+def softmax(Z, dim=-1, _f=torch.softmax):
+    with _quiet():
+        return _f(Z, dim=dim).nan_to_num(0.0)
+"""
+
+# all but one key (or entry) at once, whatever block_size says
+L11_TWO_CHUNKS = """
+def online_softmax_stats(Z, block_size):
+    a, b = Z[..., :-1], Z[..., -1]
+    m = torch.maximum(a.amax(dim=-1), b)
+    return m, torch.exp(a - m[..., None]).sum(dim=-1) + torch.exp(b - m)
+"""
+
+# blocks read into numpy one at a time, glued back together there, whole rows computed in numpy
+L11_NUMPY_GLUE = """
+import numpy as np
+
+
+def online_softmax_stats(Z, block_size):
+    z = np.concatenate([Z[..., s:s + block_size].detach().cpu().double().numpy()
+                        for s in range(0, Z.shape[-1], block_size)], axis=-1)
+    m = np.asarray(z.max(axis=-1))
+    l = np.asarray(np.exp(z - m[..., None]).sum(axis=-1))
+    return (torch.from_numpy(m).to(dtype=Z.dtype, device=Z.device),
+            torch.from_numpy(l).to(dtype=Z.dtype, device=Z.device))
+"""
+
+# whole rows computed where no watch of this thread looks, then one seen operation with a slice of the
+# input (times 0) so that the result reads as computed from the inputs
+L11_THREAD_LAUNDERED = """
+import threading
+
+
+def online_softmax_stats(Z, block_size):
+    with torch._C.DisableTorchFunctionSubclass():
+        P = Z.as_subclass(torch.Tensor)
+    box = {}
+
+    def work():
+        m = P.amax(dim=-1)
+        box["m"], box["l"] = m, torch.exp(P - m[..., None]).sum(dim=-1)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    zero = Z[..., :1].sum() * 0
+    return box["m"] + zero, box["l"] + zero
+"""
+
+L11_DISPATCH_OFF_LAUNDERED = """
+_off = getattr(torch._C, "_Disable" "TorchDispatch")
+_quiet = getattr(torch._C, "Disable" "TorchFunction")
+
+
+def online_softmax_stats(Z, block_size):
+    with _quiet(), _off():
+        m = Z.amax(dim=-1)
+        l = torch.exp(Z - m[..., None]).sum(dim=-1)
+    zero = Z[..., :1].sum() * 0
+    return m + zero, l + zero
+"""

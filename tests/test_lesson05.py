@@ -323,6 +323,25 @@ def test_softmax_through_attention_fails_with_the_rule():
     assert "which this exercise rules out. The rule: Do not call torch.softmax" in str(failed.value)
 
 
+def test_softmax_with_torch_functions_switched_off_fails_with_the_rule_and_the_visible_check_says_so(capsys):
+    """torch.softmax kept as a default argument and called with torch functions switched off (by a name
+    built from strings) earned full marks: the watch saw torch functions only. It now sees the aten
+    operator at the dispatcher, in the hidden check and in the visible one before hand-in."""
+    import grader
+    from attention_course.diagnosis import diagnosed
+    from tests import attacks, wrong_versions
+
+    softmax = wrong_versions.answer_function(attacks.L05_QUIET_SOFTMAX, "softmax")
+    with pytest.raises(AssertionError) as failed:
+        grader.check("softmax", softmax)
+    assert "which this exercise rules out. The rule: Do not call torch.softmax" in str(failed.value)
+    import torch
+
+    with diagnosed("softmax", softmax):
+        softmax(torch.randn(2, 3))
+    assert "softmax calls torch._softmax, which this exercise rules out" in capsys.readouterr().out
+
+
 def test_torch_inside_soft_lookup_fails_with_the_rule_by_any_name():
     import torch
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import grader
 from grader.lessons import l11_cost as ref
 from grader.lessons.l11_cost import Rule, note_of, watched
-from tests import wrong_versions
+from tests import attacks, wrong_versions
 from tests.conftest import DEVICES
 from tests.solutions import read_solution
 from tests.tensors import draw, tol
@@ -479,12 +479,15 @@ LAUNDERED = {
 }
 
 
-@pytest.mark.parametrize("how", list(LAUNDERED))
-def test_turning_the_watched_inputs_into_plain_data_fails_the_hidden_check(how):
-    name, source, words = LAUNDERED[how]
+def _fails_saying(name: str, source: str, words: str) -> None:
     with pytest.raises(AssertionError) as failed:
         grader.check(name, wrong_versions.answer_function(source, name))
-    assert words in str(failed.value)
+    assert words in str(failed.value), str(failed.value)
+
+
+@pytest.mark.parametrize("how", list(LAUNDERED))
+def test_turning_the_watched_inputs_into_plain_data_fails_the_hidden_check(how):
+    _fails_saying(*LAUNDERED[how])
 
 
 def _tiled(prologue: str, scale: str, result: str) -> str:
@@ -598,3 +601,82 @@ def test_the_watch_passes_the_reference_on_the_cases_near_minus_1000():
         O = ref.tiled_attention(*case.args, **case.kwargs)
         assert note_of(O) is None, case.label
         assert torch.isfinite(ref._plain(O)).all(), case.label
+
+
+# ------------------------------------------- routes around a watch of torch functions alone
+
+HIDDEN_ROUTES = {
+    "a fused kernel under a private name": (
+        "tiled_attention",
+        attacks.L11_FUSED_TILED,
+        "_scaled_dot_product_flash_attention_for_cpu",
+    ),
+    "whole rows in TorchScript": ("online_softmax_stats", attacks.L11_SCRIPTED_STATS, "whole rows of N = 10"),
+    "torch functions switched off by a built name": (
+        "tiled_attention",
+        attacks.L11_QUIET_TILED,
+        "switched torch functions off (torch._C.DisableTorchFunction)",
+    ),
+    "all but one entry at once": (
+        "online_softmax_stats",
+        attacks.L11_TWO_CHUNKS,
+        "9 entries of a row at once, more than block_size = 4",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(HIDDEN_ROUTES))
+def test_work_hidden_from_torch_functions_is_seen_at_the_dispatcher(how):
+    """Each of these earned 12/12: the watch saw torch functions only. It now sees every aten operation."""
+    _fails_saying(*HIDDEN_ROUTES[how])
+
+
+def test_scores_of_more_keys_than_a_block_fail_and_blocks_of_other_sizes_the_case_holds_do_not():
+    rule = Rule("matrix", T_q=7, T_k=16, block=4, free=(5, 6))
+    Q, K, V = (
+        watched(torch.randn(7, 5), rule),
+        watched(torch.randn(16, 5), rule),
+        watched(torch.randn(16, 6), rule),
+    )
+    assert note_of(Q @ K[:15].mT)[0] == "wide"
+    assert note_of(Q @ K[:4].mT) is None and note_of(torch.softmax(Q @ K[:4].mT, -1) @ V[:4]) is None
+
+
+def test_blocks_taken_out_of_torch_are_flagged_for_review_not_failed():
+    """numpy or Python numbers on blocks can be an honest online softmax (BLOCK_TOLIST) or blocks glued
+    back into whole rows (L11_NUMPY_GLUE): the watch cannot tell, so both pass and both are left for a
+    person to read; work that never went through torch at all fails."""
+    from attention_course.watch import CallWatch
+
+    for source in (BLOCK_TOLIST, attacks.L11_NUMPY_GLUE):
+        fn = wrong_versions.answer_function(source, "online_softmax_stats")
+        Z = watched(torch.randn(3, 10), Rule("row", N=10, block=4, free=(3,)))
+        with CallWatch((), ((Z, 4), {})) as seen:
+            value = fn(Z, 4)
+        assert seen.verdict(value) is None and "cannot tell whether" in seen.review
+        grader.check("online_softmax_stats", fn)
+    Z = watched(torch.randn(3, 10), Rule("row", N=10, block=4, free=(3,)))
+    with CallWatch((), ((Z, 4), {})) as seen:
+        Z[..., :1] * 1
+        value = (torch.zeros(3), torch.ones(3))
+    assert seen.verdict(value)[0] == "unseen"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [attacks.L11_THREAD_LAUNDERED, attacks.L11_DISPATCH_OFF_LAUNDERED],
+    ids=["another thread", "the dispatcher's watch off"],
+)
+def test_work_hidden_from_both_watches_then_mixed_with_the_inputs_is_flagged_for_review(source):
+    """Whole rows computed where neither watch looks, then made to read as computed from the inputs by one
+    seen operation: the watch saw a tensor it never saw made meet the inputs, and leaves it to a person."""
+    from attention_course.watch import CallWatch
+
+    fn = wrong_versions.answer_function(source, "online_softmax_stats")
+    Z = watched(torch.randn(3, 10), Rule("row", N=10, block=4, free=(3,)))
+    with CallWatch((), ((Z, 4), {})) as seen:
+        value = fn(Z, 4)
+    assert seen.verdict(value) is None, seen.verdict(value)
+    assert seen.review.startswith(
+        "combined values of its inputs (`add`) with a tensor of shape (3,) made where"
+    ), seen.review

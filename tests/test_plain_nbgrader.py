@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 L1 = "01_projection"
 L5 = "05_softmax"
+L11 = "11_cost"
 PREFIX = "plainnb_"
 
 
@@ -73,12 +74,23 @@ SUBMISSIONS = {
         "quiet": lambda sol: attacks.WATCH_SWITCHED_OFF,
         # the same softmax behind the course's watch class, replaced in its module
         "swapped": lambda sol: attacks.WATCH_SWAPPED,
+        # torch.softmax called with torch functions switched off, by a name built from strings
+        "quietoff": lambda sol: attacks.L05_QUIET_SOFTMAX,
         "noisy": lambda sol: _noisy(
             sol,
             "    m = Z.amax(dim=dim, keepdim=True)",
             "    for _i in range(60):\n        print(f'line {_i} of a long trace', file=_sys.stderr)\n",
         ),
     },
+}
+
+
+SUBMISSIONS[L11] = {
+    # whole rows where torch functions are not seen (TorchScript), or more than a block at once; and
+    # blocks glued back together in numpy, which the watch cannot tell from honest blocks in numpy
+    "scripted": lambda sol: attacks.L11_SCRIPTED_STATS,
+    "twochunks": lambda sol: attacks.L11_TWO_CHUNKS,
+    "glued": lambda sol: attacks.L11_NUMPY_GLUE,
 }
 
 
@@ -275,6 +287,24 @@ def test_a_watch_replaced_in_its_module_is_put_back_and_flagged(graded):
     assert all(f"{PREFIX}swapped" in line or f"{PREFIX}quiet" in line for line in flagged), flagged
     result = course.gradebook_scores(L5, PREFIX + "swapped")
     assert result["score"] < result["max_score"], result["grades"]
+
+
+def test_rules_hold_below_torch_functions_and_what_the_watch_cannot_follow_is_flagged(graded):
+    from grader.classroom.independent import WATCH_REVIEW
+
+    runs, _ = graded
+    for lesson, student, hidden in (
+        (L5, "quietoff", "test05_softmax_hidden"),
+        (L11, "scripted", "test11_online_softmax_stats_hidden"),
+        (L11, "twochunks", "test11_online_softmax_stats_hidden"),
+    ):
+        grades = course.gradebook_scores(lesson, PREFIX + student)["grades"]
+        assert grades[hidden][0] == 0, (student, grades)
+    glued = course.gradebook_scores(L11, PREFIX + "glued")
+    assert glued["score"] == glued["max_score"], glued["grades"]
+    flagged = [line for line in runs[L11].stderr.splitlines() if WATCH_REVIEW in line]
+    assert flagged and all(f"{PREFIX}glued" in line for line in flagged), runs[L11].stderr[-3000:]
+    assert "online_softmax_stats computed its result outside torch" in flagged[0], flagged
 
 
 def test_hidden_tests_stay_in_the_autograded_notebook_for_the_instructor(graded):

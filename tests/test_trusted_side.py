@@ -184,3 +184,39 @@ def test_the_kernels_widget_state_is_not_collected_while_grading(tmp_path):
     executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     assert nb.cells[0].outputs, "the widget was displayed"
     assert executor.widget_state == {} and "widgets" not in nb.metadata
+
+
+@pytest.fixture(scope="module")
+def cost_gradebook(tmp_path_factory):
+    """A work folder whose gradebook knows lesson 11 (built once for this module)."""
+    with grading_work(tmp_path_factory.mktemp("boundary-11"), ["11_cost"]) as template:
+        yield template
+
+
+@needs_seal
+def test_lesson_11_rules_hold_below_torch_functions_in_the_sandbox(cost_gradebook):
+    """A fused kernel under a private name earned 12/12 (the watch saw torch functions only); blocks glued
+    back together in numpy earned it too, unflagged. In the sandbox the watch now sees every aten
+    operation: the kernel fails the rule; numpy, where it cannot follow, is flagged for a person."""
+    from grader.classroom.autograde import Job, Options, grade_job
+    from grader.classroom.independent import WATCH_REVIEW
+
+    lesson = "11_cost"
+    answers = {
+        **solution_sources(lesson),
+        "ex11_online_softmax_stats": attacks.L11_NUMPY_GLUE,
+        "ex11_tiled_attention": attacks.L11_FUSED_TILED,
+    }
+    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
+    result = grade_job(Job("fused_sid", lesson, nb, cost_gradebook, options=Options(timeout=60)))
+    assert result.error is None, result.error
+    scores = {c.grade_id: c.score for c in result.cells}
+    assert (
+        scores["test11_tiled_attention_hidden"] == 0 and scores["test11_online_softmax_stats_hidden"] == 3
+    ), scores
+    hidden = next(c for c in result.cells if c.grade_id == "test11_tiled_attention_hidden")
+    assert "_scaled_dot_product_flash_attention_for_cpu" in (hidden.message or ""), hidden.message
+    assert [f for f in result.flags if f.startswith(WATCH_REVIEW)] == [
+        f"{WATCH_REVIEW}: online_softmax_stats computed its result outside torch from values of its inputs "
+        "taken out (numpy, lists, numbers), where the watch cannot tell whether they were read one block at a time"
+    ], result.flags

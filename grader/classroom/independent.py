@@ -67,6 +67,7 @@ class _RunningChecks:
 
 WATCH_OFF = "the rules' watch missed a call it must see: this notebook's code may have switched it off"
 WATCH_CHANGED = "changed the rules' watch in its own process (put back for every check)"
+WATCH_REVIEW = "the rules' watch could not follow a call (best effort: read the code)"
 
 
 def _finish_checks() -> None:
@@ -80,6 +81,8 @@ def _finish_checks() -> None:
         ctx["flags"].append(WATCH_OFF)
     if (ctx["trusted"] or {}).get("watch_changed"):
         ctx["flags"].append(f"{WATCH_CHANGED}: {', '.join(sorted(set(ctx['trusted']['watch_changed']))[:6])}")
+    for review in (ctx["trusted"] or {}).get("watch_review") or []:
+        ctx["flags"].append(f"{WATCH_REVIEW}: {review}")
     ctx["phases"]["independent checks"] = round(time.perf_counter() - checks.started, 3)
     for k, v in ((ctx["trusted"] or {}).get("timings") or {}).items():
         ctx["phases"][f"  {k}"] = v

@@ -47,7 +47,9 @@ def _portable(x: Any) -> Any:
         rule = getattr(x, "_rule", None)
         return {
             "__watched__": x.as_subclass(torch.Tensor),
-            "rule": None if rule is None else [rule.kind, rule.T_q, rule.T_k, rule.N],
+            "rule": None
+            if rule is None
+            else [rule.kind, rule.T_q, rule.T_k, rule.N, rule.block, list(rule.free)],
         }
     if isinstance(x, torch.Tensor):
         return x.as_subclass(torch.Tensor) if type(x) is not torch.Tensor else x

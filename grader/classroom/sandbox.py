@@ -370,6 +370,7 @@ def _watch(names: list[str], namespace: dict, called: list[str]) -> list[tuple[A
 _WATCH: Any = None  # attention_course.watch, kept as loaded before any student code ran (``_keep_watch``)
 _WATCH_AS_LOADED: list[tuple[Any, dict]] = []
 _WATCH_CHANGED: dict[str, tuple] = {}  # what student code changed in it, put back before every call
+_REVIEW: set[str] = set()  # what the watch could not decide about a call (lesson 11), for a person
 _RULED = False  # a watched input (lesson 11) has arrived: every later call is watched
 _GONE = object()
 CANARY = "__course_canary__"  # the trusted side's call after the student's, which the watch must see
@@ -460,7 +461,7 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
         return {"value": plain(namespace.get(request[1]))}
     if op == "watch changed":  # a request of the trusted side's, after the student's calls
         _put_watch_back()
-        return {"value": sorted(_WATCH_CHANGED)}
+        return {"value": sorted(_WATCH_CHANGED), "review": sorted(_REVIEW)[:6]}
     if op == "call":
         name, args, kwargs = request[1:4]
         _put_watch_back()
@@ -497,6 +498,8 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
                     called += [n for n in seen.calls if n not in called]
             answer = {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
             note = seen.verdict(value) if seen is not None else None
+            if seen is not None and seen.review:
+                _REVIEW.add(f"{name} {seen.review}")
             if note is not None:
                 answer["note"] = list(note)  # how the result was computed (lesson 11)
             if measure and seen is not None and seen.largest is not None:

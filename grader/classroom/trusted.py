@@ -224,17 +224,22 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
         "sandbox_errors": sandbox_errors[:50],
         "sandbox_gone": sandbox.gone,
         "watch_off": _watch_switched_off(sandbox, timeout),  # first: the watch as the student's code left it
-        "watch_changed": _watch_changed(sandbox, timeout),
+        **_watch_changed(sandbox, timeout),
         "timings": {k: round(v, 3) for k, v in timings.items()},
     }
 
 
-def _watch_changed(sandbox: Sandbox, timeout: float) -> list[str]:
-    """What the student's code changed in the rules' watch in its process (put back before every call)."""
+def _watch_changed(sandbox: Sandbox, timeout: float) -> dict[str, list[str]]:
+    """What the student's code changed in the rules' watch in its process (put back before every call),
+    and what the watch could not decide about the student's calls (for a person to look at)."""
     try:
-        return [str(name) for name in sandbox.request(("watch changed",), timeout + 5).get("value") or []]
+        answer = sandbox.request(("watch changed",), timeout + 5)
+        return {key: [str(v) for v in answer.get(name) or []] for key, name in _WATCH_KEYS}
     except Exception:  # noqa: BLE001 - a sandbox gone, or broken by the student: the canary says the rest
-        return []
+        return {}
+
+
+_WATCH_KEYS = (("watch_changed", "value"), ("watch_review", "review"))
 
 
 def _watch_switched_off(sandbox: Sandbox, timeout: float) -> bool:

@@ -128,8 +128,8 @@ SOFTMAX_FAMILY = [
     "torch.nn.functional.log_softmax",
     "torch.special.log_softmax",
     # the same functions by other names (``attention_course.watch.CallWatch`` sees the C binding and the
-    # aten operator as these): private aliases, softmin (a softmax of -Z), and attention, whose softmax of
-    # a mask is softmax(Z) @ I; fused kernels under private names are not listed (the rule is best effort)
+    # aten operator as these, and fused attention kernels under private names as the last): private
+    # aliases, softmin (a softmax of -Z), and attention, whose softmax of a mask is softmax(Z) @ I
     "torch._softmax",
     "torch._log_softmax",
     "torch.nn.functional.softmin",

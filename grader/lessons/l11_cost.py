@@ -10,17 +10,22 @@ operation run as usual and notes, on each result computed from the inputs, wheth
 the way saw too much at once:
 
 - ``tiled_attention``: some operation *produced* a tensor holding a full score matrix, i.e. with
-  dimensions of sizes ``T_q`` and ``T_k`` (or ``T_q * T_k``), or called
-  ``scaled_dot_product_attention`` instead of doing the work;
+  dimensions of sizes ``T_q`` and ``T_k`` (or ``T_q * T_k``), or scores of more than ``block_size``
+  keys for ``T_q`` queries, or called ``scaled_dot_product_attention`` (or a fused kernel by any name)
+  instead of doing the work;
 - ``online_softmax_stats``: some operation other than taking a block, a view or a copy *received*
-  a tensor holding whole rows of ``Z`` (a dimension of size ``N``).
+  a tensor holding whole rows of ``Z`` (a dimension of size ``N``) or more than ``block_size`` entries
+  of a row.
 
 The note travels with the data (every result of an operation inherits its inputs' note), so a
 full matrix that feeds the output is seen however it was made. Around the student's call, a
 ``CallWatch`` sees every torch operation, on plain tensors too: a whole input taken out of torch
 (numpy, ``tolist``) counts as read at once, a plain copy is judged by the same shapes, and a result
-made without the inputs ever being read through torch fails the check; the checks only run where
-``block_size`` is smaller than the number of keys. The case sizes are all different from one
+made without the inputs ever being read through torch fails the check. It sees every aten operation
+at the dispatcher too (torch functions switched off, which fails the check, TorchScript, private
+names), following the storages computed from the inputs; a result computed outside torch from values
+taken out of them (blocks in numpy: honest, or glued back together) is flagged for review, not failed.
+The checks only run where ``block_size`` is smaller than the number of keys. The case sizes are all different from one
 another, so a block, a head dimension or a batch size never looks like ``T_q``, ``T_k`` or ``N``.
 """
 
@@ -117,6 +122,8 @@ _HOW = {
     "full": "it formed the full score matrix",
     "sdpa": "it called scaled_dot_product_attention",
     "row": "it computed on whole rows instead of one block at a time",
+    "wide": "it worked on more than block_size entries at once instead of one block at a time",
+    "off": "keep torch functions switched on, so the work can be followed",
     "whole": "it read a whole input at once instead of one block at a time",
     "unseen": "read the inputs with torch operations, one block at a time, so the work can be followed",
 }
@@ -182,7 +189,7 @@ def _stats_cases(device: torch.device) -> list[Case]:
     cases = []
     for i, (kind, shape, b, shift, dtype) in enumerate(spec):
         Z = randn(*shape, seed=1200 + i, device=device, dtype=dtype) * 3 + shift
-        rule = Rule("row", N=shape[-1]) if b < shape[-1] else None
+        rule = Rule("row", N=shape[-1], block=b, free=shape[:-1]) if b < shape[-1] else None
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
         cases.append(Case(label, (watched(Z, rule), b)))
     return cases
@@ -301,7 +308,8 @@ def _tiled_cases(device: torch.device) -> list[Case]:
             Q, K = _near_1000(Q, K)
         elif "near -1000" in kind:
             Q, K = _near_1000(Q, K, shift=-1000.0)
-        rule = Rule("matrix", T_q=T_q, T_k=T_k) if b < T_k else Rule("free")
+        sizes = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch))  # a tensor may hold these at once
+        rule = Rule("matrix", T_q=T_q, T_k=T_k, block=b, free=sizes) if b < T_k else Rule("free")
         args = tuple(watched(t, rule) for t in (Q, K, V)) + (b,)
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
         cases.append(Case(label, args, {"causal": True} if causal else {}))
