@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -38,6 +39,7 @@ count_flops_without_compiler_imports()  # lesson 09's FlopCounterMode: a second 
 __all__ = [
     "demo",
     "diagnosed",
+    "expect_block_by_block",
     "expect_device_follows",
     "expect_dtype_follows",
     "expect_inputs_unchanged",
@@ -129,6 +131,43 @@ def expect_dtype_follows(fn: Callable, *args: Any, **kwargs: Any) -> None:
                     f"{_name(fn)} returned a {got} tensor for {want} inputs: results keep the dtype of the "
                     f"inputs (no .double() or .float(), no new tensor without dtype=)."
                 )
+
+
+def expect_block_by_block(fn: Callable, *args: Any, **kwargs: Any) -> None:
+    """In a student's session: lesson 11's rule, watched as the hidden checks watch it.
+
+    ``fn(Z, block_size)`` must read ``Z`` at most ``block_size`` entries of a row at a time;
+    ``fn(Q, K, V, block_size, ...)`` must form scores for at most ``block_size`` keys at a time, never
+    the ``(T_q, T_k)`` matrix, and call no fused attention kernel. The inputs are handed over as watched
+    tensors (``attention_course.watch``), every torch operation of the call is seen, and a broken rule
+    fails with what was seen. While a notebook is graded this does nothing: the hidden check watches the
+    same, and only it takes the points.
+    """
+    if graded():
+        return
+    from attention_course.watch import CallWatch, Rule, watched
+
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    block = next(a for a in args if isinstance(a, int) and not isinstance(a, bool))
+    if len(tensors) == 1:
+        rule = Rule("row", N=tensors[0].shape[-1], block=block, free=tuple(tensors[0].shape[:-1]))
+        keys, how = rule.N, "read Z[..., start:start + block_size] one block at a time"
+    else:
+        Q, K, V = tensors[:3]
+        batch = tuple(Q.shape[:-2])
+        sizes = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch))
+        rule = Rule("matrix", T_q=Q.shape[-2], T_k=K.shape[-2], block=block, free=sizes)
+        keys, how = rule.T_k, "compute the scores of one block of keys at a time, (..., T_q, block_size)"
+    if block >= keys:
+        return
+    watched_args = tuple(watched(a, rule) if isinstance(a, torch.Tensor) else a for a in args)
+    with CallWatch((), (watched_args, kwargs)) as seen:
+        value = fn(*watched_args, **kwargs)
+    note = seen.verdict(value)
+    call = _call_words(fn, args, kwargs)
+    assert note is None, f"{call} gives a result, but {note[1]}: {how}."
+    if seen.review:
+        print(f"Note: {call} {seen.review}. Graded, this is flagged for your instructor to read.")
 
 
 def to_meta(x: Any) -> Any:

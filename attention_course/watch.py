@@ -107,7 +107,7 @@ def _judge(
     rule: Rule, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor], selects: set[str] = _SELECTS
 ) -> tuple[str, str] | None:
     """The note for one operation: inputs, the watched tensors it received (kind 'row'); outputs, all it made."""
-    name = _name(func)
+    name = _name(func).split(".")[0]  # an aten operator without its overload: 'amax.default' -> 'amax'
     if rule.kind == "matrix":
         if any(f in name for f in _FUSED):
             return "sdpa", f"it called {name}, which does the whole computation at once"
@@ -115,7 +115,7 @@ def _judge(
             found = _too_much(rule, tuple(t.shape))
             if found is not None:
                 return found[0], f"`{name}` made a tensor of shape {tuple(t.shape)}: {found[1]}"
-    elif rule.kind == "row" and name.split(".")[0] not in selects and outputs:
+    elif rule.kind == "row" and name not in selects and outputs:
         for t in inputs:
             found = _too_much(rule, tuple(t.shape))
             if found is not None:

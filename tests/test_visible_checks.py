@@ -228,6 +228,26 @@ def test_softmax_with_torchs_own_softmax_fails_its_visible_checks_with_the_rule(
 
 
 @pytest.mark.slow
+def test_lesson_11_work_on_more_than_a_block_fails_its_visible_check_as_graded(monkeypatch):
+    """Right numbers from all but one entry of a row at once, or from a fused kernel under a private name:
+    the hidden checks fail them, and the visible check before hand-in says so, with what the watch saw."""
+    from tests import attacks
+
+    answers = {
+        "ex11_online_softmax_stats": attacks.L11_TWO_CHUNKS,
+        "ex11_tiled_attention": attacks.L11_FUSED_TILED,
+    }
+    nb = _run("11_cost", answers, monkeypatch, grading=None)
+    _ran_to_the_end("11_cost", nb)
+    stats = " ".join(_stdout(_cell(nb, "test11_online_softmax_stats_hidden")).replace("|", " ").split())
+    assert "FAILED: this check of `online_softmax_stats`" in stats, stats
+    assert "9 entries of a row at once, more than block_size = 3" in stats, stats
+    tiled = " ".join(_stdout(_cell(nb, "test11_tiled_attention_hidden")).replace("|", " ").split())
+    assert "FAILED: this check of `tiled_attention`" in tiled, tiled
+    assert "it called _scaled_dot_product_flash_attention_for_cpu" in tiled, tiled
+
+
+@pytest.mark.slow
 def test_graded_the_rule_is_left_to_the_hidden_check(monkeypatch):
     """While graded the visible checks run as before: a rule is the hidden check's to fail (as the lesson
     says), so torch's softmax with the right numbers passes the visible checks and prints nothing."""
