@@ -155,7 +155,7 @@ def expect_block_by_block(fn: Callable, *args: Any, **kwargs: Any) -> None:
     else:
         Q, K, V = tensors[:3]
         batch = tuple(Q.shape[:-2])
-        sizes = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch))
+        sizes = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch), Q.shape[-2] * math.prod(batch))
         rule = Rule("matrix", T_q=Q.shape[-2], T_k=K.shape[-2], block=block, free=sizes)
         keys, how = rule.T_k, "compute the scores of one block of keys at a time, (..., T_q, block_size)"
     if block >= keys:

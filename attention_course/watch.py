@@ -79,40 +79,47 @@ _FUSED = ("scaled_dot_product", "sdp_choice", "flash_attention", "efficient_atte
           "multi_head_attention", "scaled_dot_attention", "transformer_encoder")  # fmt: skip
 
 
-def _too_much(rule: Rule, shape: tuple[int, ...]) -> tuple[str, str] | None:
-    """(kind, what) when a tensor of this shape holds more than the rule allows at once."""
+def _too_much(rule: Rule, shape: tuple[int, ...], wide: bool = True) -> tuple[str, str] | None:
+    """(kind, what) when a tensor of this shape holds more than the rule allows at once (``wide``: more
+    than a block counts too, for a tensor computed from the inputs)."""
     if rule.kind == "row":
         if rule.N in shape:
             return "row", f"whole rows of N = {rule.N} entries"
-        wide = [k for k in shape if rule.block < k < rule.N and k not in rule.free] if rule.block else []
-        if wide:
-            return "wide", f"{wide[0]} entries of a row at once, more than block_size = {rule.block}"
+        over = [k for k in shape if rule.block < k and k not in rule.free] if wide and rule.block else []
+        if over:
+            return "wide", f"{over[0]} entries of a row at once, more than block_size = {rule.block}"
         return None
     full = shape.count(rule.T_q) >= 2 if rule.T_q == rule.T_k else (rule.T_q in shape and rule.T_k in shape)
     if full or rule.T_q * rule.T_k in shape:
         return "full", f"a full score matrix of T_q = {rule.T_q} queries by T_k = {rule.T_k} keys"
-    if rule.block and rule.T_q in shape:
-        rest = list(shape)
-        rest.remove(rule.T_q)
-        wide = [k for k in rest if rule.block < k <= rule.T_k and k not in rule.free]
-        if wide:
-            return (
-                "wide",
-                f"scores of {wide[0]} keys at once for each query, more than block_size = {rule.block}",
-            )
+    rest = list(shape)
+    if rule.T_q in rest:
+        rest.remove(rule.T_q)  # the queries' own dimension
+    over = [k for k in rest if rule.block < k and k not in rule.free] if wide and rule.block else []
+    if over:
+        return "wide", f"scores of {over[0]} keys at once, more than block_size = {rule.block}"
     return None
 
 
 def _judge(
-    rule: Rule, func, inputs: list[torch.Tensor], outputs: list[torch.Tensor], selects: set[str] = _SELECTS
+    rule: Rule,
+    func,
+    inputs: list[torch.Tensor],
+    outputs: list[torch.Tensor],
+    selects: set[str] = _SELECTS,
+    scores: tuple[tuple[int, ...], ...] | None = None,
 ) -> tuple[str, str] | None:
-    """The note for one operation: inputs, the watched tensors it received (kind 'row'); outputs, all it made."""
+    """The note for one operation: inputs, the watched tensors it received (kind 'row'); outputs, all it
+    made; scores (kind 'matrix'), where it computed from both the queries and the keys, the shapes of its
+    inputs: its other results are judged against the block size too."""
     name = _name(func).split(".")[0]  # an aten operator without its overload: 'amax.default' -> 'amax'
     if rule.kind == "matrix":
         if any(f in name for f in _FUSED):
             return "sdpa", f"it called {name}, which does the whole computation at once"
+        computed = scores is not None and name not in selects
         for t in outputs:
-            found = _too_much(rule, tuple(t.shape))
+            shape = tuple(t.shape)
+            found = _too_much(rule, shape, computed and shape not in scores)
             if found is not None:
                 return found[0], f"`{name}` made a tensor of shape {tuple(t.shape)}: {found[1]}"
     elif rule.kind == "row" and name not in selects and outputs:
@@ -247,8 +254,8 @@ class _Below(TorchDispatchMode):
         out = func(*args, **kwargs)
         try:
             self.watch._dispatched(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
-        except Exception:  # noqa: BLE001 - watching never changes what the student's code gets
-            pass
+        except Exception as e:  # noqa: BLE001 - watching never changes what the student's code gets
+            self.watch._failed(_name(func), e)
         return out
 
 
@@ -282,10 +289,11 @@ class CallWatch(TorchFunctionMode):
         self._shapes = {tuple(t.shape) for t in watched_inputs}
         self.read = False
         self._held: dict[int, StorageWeakRef] = {}  # storages computed from the watched inputs
+        self._from: dict[int, int] = {}  # of these, which inputs each was computed from (bit i: input i)
         self.converted = 0  # values of them taken out of torch (numpy, lists, numbers)
         if self.rule is not None:
-            for t in watched_inputs:
-                self._hold(t)
+            for i, t in enumerate(watched_inputs):
+                self._hold(t, mask=1 << i)
         self._below: _Below | None = None
         self.off: tuple[str, str] | None = None  # the note for inputs read with torch functions off
         self.review: str | None = None  # what the watch could not decide, for a person to look at
@@ -307,8 +315,8 @@ class CallWatch(TorchFunctionMode):
                 pass
         return super().__exit__(*exc)
 
-    def _hold(self, t: torch.Tensor, book: dict | None = None, keep: bool = True) -> None:
-        """Note t's storage in book (the storages computed from the inputs), or take it out."""
+    def _hold(self, t: torch.Tensor, book: dict | None = None, keep: bool = True, mask: int = 0) -> None:
+        """Note t's storage in book (the storages computed from the inputs: from those in mask), or take it out."""
         book = self._held if book is None else book
         try:
             storage = t.untyped_storage()
@@ -316,6 +324,8 @@ class CallWatch(TorchFunctionMode):
                 book.pop(storage._cdata, None)
             elif storage._cdata not in book:
                 book[storage._cdata] = StorageWeakRef(storage)
+            if book is self._held:
+                self._from[storage._cdata] = self._from.get(storage._cdata, 0) | mask
         except Exception:  # noqa: BLE001 - a tensor without storage (sparse, nested) is not followed
             pass
 
@@ -326,6 +336,9 @@ class CallWatch(TorchFunctionMode):
             return False
         ref = (self._held if book is None else book).get(storage._cdata)
         return ref is not None and not ref.expired()
+
+    def _mask(self, t: torch.Tensor) -> int:
+        return self._from.get(t.untyped_storage()._cdata, 0) if self._holds(t) else 0
 
     def _unseen(self, t: torch.Tensor) -> bool:
         """Whether t was made where the watch did not see it (another thread, numpy, the dispatcher off)."""
@@ -373,30 +386,36 @@ class CallWatch(TorchFunctionMode):
         out = self._run(func, args, kwargs, sys._getframe(1))
         try:
             self._look(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
-        except Exception:  # noqa: BLE001 - watching never changes what the student's code gets
-            pass
+        except Exception as e:  # noqa: BLE001 - watching never changes what the student's code gets
+            self._failed(_name(func), e)
         return out
 
     def _dispatched(self, func: Any, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         """One aten operation, seen at the dispatcher."""
         if self.forbidden and not self._covered:
             self._forbidden_call(self._forbidden_name(func), sys._getframe(2))
+        name = _name(func).split(".")[0]
+        if self.review is None and getattr(func, "namespace", "aten") not in ("aten", "prims"):
+            self.review = f"called `{name}`, an operator of its own whose work the watch cannot see"
         rule = self.rule
         if rule is None:
             return
-        name = _name(func).split(".")[0]
         held = [t for t in inputs if self._holds(t)]
         if held and name not in _ATEN_SHAPED:
             self.read = True
-            for t in outputs:
-                self._hold(t)
             self.mixed += [
                 (name, tuple(t.shape)) for t in inputs if t.is_floating_point() and self._unseen(t)
             ]
+            mask = 0
+            for t in held:
+                mask |= self._mask(t)
+            for t in outputs:
+                self._hold(t, mask=mask)
         else:  # made here, unless from something the watch did not see made (or values taken out of torch)
-            clean = not any(map(self._unseen, inputs)) and not (
-                self.converted and name.startswith("lift_fresh")
-            )
+            fresh = name.startswith(
+                "lift_fresh"
+            )  # torch.tensor(numbers): made here, unless taken out of the inputs
+            clean = not self.converted if fresh else not any(map(self._unseen, inputs))
             for t in outputs:
                 self._hold(t, self._made, clean)
         if held and self.off is None and _functions_off():
@@ -405,13 +424,32 @@ class CallWatch(TorchFunctionMode):
                 f"it switched torch functions off (torch._C.DisableTorchFunction) and read its inputs there "
                 f"(`{name}`): its result was computed without the watch seeing its inputs being read",
             )
+        if held and getattr(func, "namespace", "aten") not in ("aten", "prims") and self.note is None:
+            self.note = (
+                "opaque",
+                f"it called `{name}`, an operator of its own whose work the watch cannot see",
+            )
         if self.note is not None:
             return
         if rule.kind == "matrix":
-            self.note = _judge(rule, func, [], [t for t in outputs if t.is_floating_point()])
+            numbers = [t for t in outputs if t.is_floating_point() or t.is_complex()]
+            both = held and all(any(self._mask(t) & bit for t in held) for bit in (1, 2))  # queries, keys
+            scores = tuple(tuple(t.shape) for t in held) if both else None
+            self.note = _judge(rule, func, [], numbers, _ATEN_SELECTS | _ATEN_SHAPED, scores)
         else:
             seen = held + [t for t in inputs if t.is_floating_point() and tuple(t.shape) in self._shapes]
             self.note = _judge(rule, func, seen, outputs, _ATEN_SELECTS | _ATEN_SHAPED)
+
+    def _failed(self, name: str, error: Exception) -> None:
+        """The watch could not judge an operation (nested or sparse tensors, ...): the rule fails, else a
+        person looks."""
+        what = (
+            f"`{name.split('.')[0]}`, which works on tensors the watch cannot judge ({type(error).__name__})"
+        )
+        if self.rule is not None and self.note is None:
+            self.note = ("opaque", f"it called {what}")
+        elif self.review is None:
+            self.review = f"called {what}"
 
     def _look(self, func: Any, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         for t in outputs:
@@ -427,6 +465,8 @@ class CallWatch(TorchFunctionMode):
             self.read = True
         if name in _CONVERSIONS:
             self.converted += sum(t.numel() for t in mine)
+            for t in inputs:  # what is written through numpy or a pointer is out of the watch's sight
+                self._hold(t, self._made, keep=False)
         if self.note is not None:
             return
         if name in _CONVERSIONS:
@@ -439,8 +479,8 @@ class CallWatch(TorchFunctionMode):
                     )
                     return
         if rule.kind == "matrix":
-            floating = [t for t in outputs if t.is_floating_point()]
-            self.note = _judge(rule, func, inputs, floating)
+            numbers = [t for t in outputs if t.is_floating_point() or t.is_complex()]
+            self.note = _judge(rule, func, inputs, numbers)
         elif name not in _SELECTS and outputs:
             for t in inputs:
                 if not isinstance(t, Watched) and t.is_floating_point() and tuple(t.shape) in self._shapes:

@@ -257,3 +257,44 @@ def online_softmax_stats(Z, block_size):
     zero = Z[..., :1].sum() * 0
     return m + zero, l + zero
 """
+
+# a natural misreading: tiles of queries against all the keys at once, a plain softmax per tile
+L11_QUERY_TILES_ONLY = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    outs = []
+    for s in range(0, T_q, block_size):
+        S = Q[..., s:s + block_size, :] @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        if causal:
+            rows = torch.arange(s, s + S.shape[-2], device=Q.device)[:, None]
+            S = S.masked_fill(torch.arange(T_k, device=Q.device)[None, :] > rows, float("-inf"))
+        outs.append(torch.softmax(S, dim=-1) @ V)
+    return torch.cat(outs, dim=-2)
+"""
+
+# attention inside an operator of the student's own (OPNAME: a name not registered before)
+L11_CUSTOM_OP = """
+@torch.library.custom_op("OPNAME", mutates_args=())
+def _blend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    q, k, v = (x.as_subclass(torch.Tensor) for x in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def tiled_attention(Q, K, V, block_size, causal=False):
+    return _blend(Q, K, V, causal)
+"""
+
+# whole rows in numpy, written into a tensor the watch saw made, then one seen operation with the input
+L11_NUMPY_BUFFER = """
+import numpy as np
+
+
+def online_softmax_stats(Z, block_size):
+    z = np.concatenate([Z[..., s:s + block_size].detach().double().numpy()
+                        for s in range(0, Z.shape[-1], block_size)], axis=-1)
+    m, l = torch.zeros(Z.shape[:-1], dtype=torch.float64), torch.zeros(Z.shape[:-1], dtype=torch.float64)
+    m.numpy()[...] = z.max(axis=-1)
+    l.numpy()[...] = np.exp(z - z.max(axis=-1, keepdims=True)).sum(axis=-1)
+    zero = Z[..., :1].sum(-1) * 0
+    return (m + zero).to(Z.dtype), (l + zero).to(Z.dtype)
+"""

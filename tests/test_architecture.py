@@ -215,10 +215,10 @@ STILL_OVER: set[str] = set()
 # an attack showed was missing (the last: where grading is not root, folders a notebook made read-only
 # removed with it, its processes capped in its own user namespace and its files on disk watched, 35
 # lines; the rules' watch kept as loaded in the sandbox and put back before every call, 70 lines; what
-# the watch could not follow in the sandbox flagged for review, 13 lines). The goal is 6,000; it holds the
-# boundary's cgroups, cover and seccomp filter, and the split into modules of at most 600 lines took
-# 155 lines of docstrings and imports
-ENGINE_LINES = 8072
+# the watch could not follow in the sandbox flagged for review, 13 lines; the names that reach the
+# watch in the source scan, 1 line). The goal is 6,000; it holds the boundary's cgroups, cover and
+# seccomp filter, and the split into modules of at most 600 lines took 155 lines of docstrings and imports
+ENGINE_LINES = 8073
 
 
 def _lines(path: Path) -> int:

@@ -622,6 +622,16 @@ HIDDEN_ROUTES = {
         attacks.L11_TWO_CHUNKS,
         "9 entries of a row at once, more than block_size = 4",
     ),
+    "tiles of queries against all the keys": (
+        "tiled_attention",
+        attacks.L11_QUERY_TILES_ONLY,
+        "scores of 11 keys at once, more than block_size = 4",
+    ),
+    "an operator of its own": (
+        "tiled_attention",
+        attacks.L11_CUSTOM_OP.replace("OPNAME", "course_test::blend"),
+        "an operator of its own whose work the watch cannot see",
+    ),
 }
 
 
@@ -632,14 +642,23 @@ def test_work_hidden_from_torch_functions_is_seen_at_the_dispatcher(how):
 
 
 def test_scores_of_more_keys_than_a_block_fail_and_blocks_of_other_sizes_the_case_holds_do_not():
+    from attention_course.watch import CallWatch
+
     rule = Rule("matrix", T_q=7, T_k=16, block=4, free=(5, 6))
     Q, K, V = (
         watched(torch.randn(7, 5), rule),
         watched(torch.randn(16, 5), rule),
         watched(torch.randn(16, 6), rule),
     )
-    assert note_of(Q @ K[:15].mT)[0] == "wide"
-    assert note_of(Q @ K[:4].mT) is None and note_of(torch.softmax(Q @ K[:4].mT, -1) @ V[:4]) is None
+    for work, kind in (
+        (lambda: Q @ K[:15].mT, "wide"),
+        (lambda: Q[:1] @ K.mT, "wide"),  # one query against every key
+        (lambda: torch.softmax(Q @ K[:4].mT, -1) @ V[:4], None),
+        (lambda: K * 2.0 + K.mT.mT, None),  # the keys alone, whole: no scores
+    ):
+        with CallWatch((), ((Q, K, V, 4), {})) as seen:
+            value = work()
+        assert (seen.verdict(value) or (None,))[0] == kind, (kind, seen.verdict(value))
 
 
 def test_blocks_taken_out_of_torch_are_flagged_for_review_not_failed():
@@ -664,8 +683,8 @@ def test_blocks_taken_out_of_torch_are_flagged_for_review_not_failed():
 
 @pytest.mark.parametrize(
     "source",
-    [attacks.L11_THREAD_LAUNDERED, attacks.L11_DISPATCH_OFF_LAUNDERED],
-    ids=["another thread", "the dispatcher's watch off"],
+    [attacks.L11_THREAD_LAUNDERED, attacks.L11_DISPATCH_OFF_LAUNDERED, attacks.L11_NUMPY_BUFFER],
+    ids=["another thread", "the dispatcher's watch off", "numpy written into a tensor made in torch"],
 )
 def test_work_hidden_from_both_watches_then_mixed_with_the_inputs_is_flagged_for_review(source):
     """Whole rows computed where neither watch looks, then made to read as computed from the inputs by one

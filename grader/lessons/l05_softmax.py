@@ -134,6 +134,8 @@ SOFTMAX_FAMILY = [
     "torch._log_softmax",
     "torch.nn.functional.softmin",
     "torch.nn.functional.scaled_dot_product_attention",
+    "torch._native_multi_head_attention",
+    "torch._masked_softmax",
 ]
 
 

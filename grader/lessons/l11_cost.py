@@ -124,6 +124,7 @@ _HOW = {
     "row": "it computed on whole rows instead of one block at a time",
     "wide": "it worked on more than block_size entries at once instead of one block at a time",
     "off": "keep torch functions switched on, so the work can be followed",
+    "opaque": "use torch's own operations on ordinary tensors, so the work can be followed",
     "whole": "it read a whole input at once instead of one block at a time",
     "unseen": "read the inputs with torch operations, one block at a time, so the work can be followed",
 }
@@ -308,7 +309,13 @@ def _tiled_cases(device: torch.device) -> list[Case]:
             Q, K = _near_1000(Q, K)
         elif "near -1000" in kind:
             Q, K = _near_1000(Q, K, shift=-1000.0)
-        sizes = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch))  # a tensor may hold these at once
+        sizes = (
+            Q.shape[-1],
+            V.shape[-1],
+            *batch,
+            math.prod(batch),
+            T_q * math.prod(batch),
+        )  # may be held at once
         rule = Rule("matrix", T_q=T_q, T_k=T_k, block=b, free=sizes) if b < T_k else Rule("free")
         args = tuple(watched(t, rule) for t in (Q, K, V)) + (b,)
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
