@@ -341,8 +341,9 @@ class CallWatch(TorchFunctionMode):
         return self._from.get(t.untyped_storage()._cdata, 0) if self._holds(t) else 0
 
     def _unseen(self, t: torch.Tensor) -> bool:
-        """Whether t was made where the watch did not see it (another thread, numpy, the dispatcher off)."""
-        return not self._holds(t) and not self._holds(t, self._made)
+        """Whether t was made where the watch did not see it (another thread, numpy, the dispatcher off).
+        A tensor on 'meta' holds no values to hide (and torch.tensor(..., device='meta') shows no operator)."""
+        return not t.is_meta and not self._holds(t) and not self._holds(t, self._made)
 
     def _forbidden_name(self, func: Any) -> str | None:
         name = self._objects.get(id(func))

@@ -220,3 +220,37 @@ def test_lesson_11_rules_hold_below_torch_functions_in_the_sandbox(cost_gradeboo
         f"{WATCH_REVIEW}: online_softmax_stats computed its result outside torch from values of its inputs "
         "taken out (numpy, lists, numbers), where the watch cannot tell whether they were read one block at a time"
     ], result.flags
+    # honest blocks, started from numbers made with torch.tensor (no operator shows them made on 'meta')
+    answers["ex11_online_softmax_stats"] = HONEST_TENSOR_START
+    answers["ex11_tiled_attention"] = solution_sources(lesson)["ex11_tiled_attention"]
+    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
+    honest = grade_job(Job("honest_sid", lesson, nb, cost_gradebook, options=Options(timeout=60)))
+    assert honest.score == honest.max_score and honest.flags == [], (honest.score, honest.flags)
+
+
+HONEST_TENSOR_START = """
+def online_softmax_stats(Z, block_size):
+    m = torch.tensor(float("-inf"), dtype=Z.dtype, device=Z.device)
+    l = torch.tensor(0.0, dtype=Z.dtype, device=Z.device)
+    for start in range(0, Z.shape[-1], block_size):
+        block = Z[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    return m, l
+"""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from torch.utils._python_dispatch import _get_current_dispatch_mode\n_get_current_dispatch_mode().watch.rule = None",
+        "@torch.library.custom_op('mine::blend', mutates_args=())\ndef blend(x: torch.Tensor) -> torch.Tensor: ...",
+    ],
+)
+def test_code_that_reaches_the_watch_or_hides_work_in_its_own_operator_is_flagged_for_review(code):
+    """The watch object is reachable from the student's process (its verdict can be blinded), and an
+    operator of the student's own runs where no mode looks: both are flagged by what the code names."""
+    from grader.classroom import tamper_scan
+
+    assert "turns off the course's watch on torch calls (the lesson's rules)" in tamper_scan.scan([code])
