@@ -234,7 +234,7 @@ def _watch_changed(sandbox: Sandbox, timeout: float) -> dict[str, list[str]]:
     and what the watch could not decide about the student's calls (for a person to look at)."""
     try:
         answer = sandbox.request(("watch changed",), timeout + 5)
-        return {key: [str(v) for v in answer.get(name) or []] for key, name in _WATCH_KEYS}
+        return {key: [str(v)[:300] for v in answer.get(name) or []] for key, name in _WATCH_KEYS}
     except Exception:  # noqa: BLE001 - a sandbox gone, or broken by the student: the canary says the rest
         return {}
 
