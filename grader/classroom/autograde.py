@@ -204,10 +204,8 @@ class GuardedExecute(Execute):
     def _ran_out(self, nb: Any, resources: Any, e: Exception) -> Any:
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-        if _CONTEXT.get("notebook_timed_out"):
-            ename, why = "NotebookTimeout", "the notebook ran past its time limit and was stopped"
-        elif _CONTEXT.get("disk_full"):
-            ename, why = "DiskLimit", "the notebook's files passed their limit on disk and it was stopped"
+        if _CONTEXT.get("stop"):  # the grader stopped the notebook (``lifecycle``)
+            ename, why = _CONTEXT["stop"]
         elif isinstance(e, CellTimeoutError):
             ename, why = "CellTimeoutError", "the cell ran past its time limit"
         elif isinstance(e, DeadKernelError) or "died" in str(e).lower():

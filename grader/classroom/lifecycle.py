@@ -76,10 +76,9 @@ def _watch_disk(box: Path, token: object) -> None:
                     seen += 1
                     used += entry.stat(follow_symlinks=False).st_blocks * 512
                     folders += [entry.path] if entry.is_dir(follow_symlinks=False) else []
-        over = used > DISK_BYTES or seen >= 10_000
-        if over and _CONTEXT.get("disk watch") is token:  # its notebook still
+        if (used > DISK_BYTES or seen >= 10_000) and _CONTEXT.get("disk watch") is token:
             _CONTEXT["flags"].append(f"wrote over {DISK_BYTES >> 20} MB or 10,000 files on disk: stopped")
-            _CONTEXT["disk_full"] = True
+            _CONTEXT["stop"] = ("DiskLimit", "the notebook's files passed their disk limit: it was stopped")
             _kill_kernels()
             return
         threading.Event().wait(0.2)
@@ -240,5 +239,5 @@ def _drop_early_kernel() -> None:
 
 def _stop_notebook() -> None:
     """The whole notebook ran too long: kill its kernel (the executor then marks the rest)."""
-    _CONTEXT["notebook_timed_out"] = True
+    _CONTEXT["stop"] = ("NotebookTimeout", "the notebook ran past its time limit and was stopped")
     kernels.kill_all()

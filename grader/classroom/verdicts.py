@@ -93,6 +93,9 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 else:
                     reason = "this check did not run outside the notebook"
                 verdict = {"passed": False, "ename": "NotVerified", "message": reason}
+            stop = ctx.get("stop")  # the grader stopped the notebook: that ended the sandbox, not the student
+            if stop and not verdict["passed"] and "ended its process" in str(verdict.get("message")):
+                verdict = {"passed": False, "ename": stop[0], "message": "not run: " + stop[1]}
             if verdict["passed"] is None:
                 # cannot be decided outside the notebook (inputs of the lesson's own that cannot leave this
                 # process; never a value of the student's): the kernel's verdict stands, for a person to review
