@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
-import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -150,15 +149,12 @@ def expect_block_by_block(fn: Callable, *args: Any, **kwargs: Any) -> None:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     block = next(a for a in args if isinstance(a, int) and not isinstance(a, bool))
     if len(tensors) == 1:
-        rule = Rule("row", N=tensors[0].shape[-1], block=block, free=tuple(tensors[0].shape[:-1]))
-        keys, how = rule.N, "read Z[..., start:start + block_size] one block at a time"
+        rule = Rule.rows(tensors[0], block)
+        how = "read Z[..., start:start + block_size] one block at a time"
     else:
-        Q, K, V = tensors[:3]
-        batch = tuple(Q.shape[:-2])
-        sizes = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch), Q.shape[-2] * math.prod(batch))
-        rule = Rule("matrix", T_q=Q.shape[-2], T_k=K.shape[-2], block=block, free=sizes)
-        keys, how = rule.T_k, "compute the scores of one block of keys at a time, (..., T_q, block_size)"
-    if block >= keys:
+        rule = Rule.scores(*tensors[:3], block)
+        how = "compute the scores of one block of keys at a time, (..., T_q, block_size)"
+    if rule is None or rule.kind == "free":  # one block holds it all
         return
     watched_args = tuple(watched(a, rule) if isinstance(a, torch.Tensor) else a for a in args)
     with CallWatch((), (watched_args, kwargs)) as seen:

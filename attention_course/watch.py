@@ -14,11 +14,12 @@ torch.softmax" is not fooled by ``torch._softmax``), a watched input taken out o
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -44,6 +45,23 @@ class Rule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "free", tuple(self.free))  # sent to a sandbox, it comes back as a list
+
+    @classmethod
+    def rows(cls, Z: torch.Tensor, block: int) -> Rule | None:
+        """Lesson 11's rule for ``fn(Z, block_size)``: each row of ``Z`` read at most ``block`` entries
+        at a time (None where one block holds a whole row)."""
+        N = Z.shape[-1]
+        return cls("row", N=N, block=block, free=tuple(Z.shape[:-1])) if block < N else None
+
+    @classmethod
+    def scores(cls, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, block: int) -> Rule:
+        """Lesson 11's rule for ``fn(Q, K, V, block_size)``: scores for at most ``block`` keys at a time
+        (kind 'free' where one block holds every key). A tensor may hold the head sizes, the batch
+        sizes, their product and the queries of the whole batch at once."""
+        batch = tuple(Q.shape[:-2])
+        T_q, T_k = Q.shape[-2], K.shape[-2]
+        free = (Q.shape[-1], V.shape[-1], *batch, math.prod(batch), T_q * math.prod(batch))
+        return cls("matrix", T_q=T_q, T_k=T_k, block=block, free=free) if block < T_k else cls("free")
 
 
 # operations that take a block, a view or a copy of a tensor without computing anything from whole rows
@@ -251,9 +269,12 @@ class _Below(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
+        inputs = all_tensors(args) + all_tensors(kwargs)
+        with contextlib.suppress(Exception):  # before the operation: it may write into its inputs
+            self.watch._written_unseen(inputs)
         out = func(*args, **kwargs)
         try:
-            self.watch._dispatched(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
+            self.watch._dispatched(func, inputs, all_tensors(out))
         except Exception as e:  # noqa: BLE001 - watching never changes what the student's code gets
             self.watch._failed(_name(func), e)
         return out
@@ -286,6 +307,9 @@ class CallWatch(TorchFunctionMode):
         watched_inputs = [t for t in all_tensors(inputs) if isinstance(t, Watched)]
         rules = [t._rule for t in watched_inputs if t._rule is not None and t._rule.kind in ("row", "matrix")]
         self.rule: Rule | None = rules[0] if rules else None
+        # what it was given, to tell whether the call reached into it (best effort: code can change these too)
+        self._given = (tuple(self.forbidden), None if self.rule is None else replace(self.rule), self.calls)
+        self._count = 0  # forbidden names recorded
         self._shapes = {tuple(t.shape) for t in watched_inputs}
         self.read = False
         self._held: dict[int, StorageWeakRef] = {}  # storages computed from the watched inputs
@@ -299,6 +323,8 @@ class CallWatch(TorchFunctionMode):
         self.review: str | None = None  # what the watch could not decide, for a person to look at
         self._covered = False  # inside a torch function already recorded as forbidden
         self._made: dict[int, StorageWeakRef] = {}  # storages the watch saw made from no unseen tensor
+        self._versions: dict[int, int] = {}  # each storage's version when the watch last saw it
+        self._dirty: set[int] = set()  # storages written since then where the watch did not see (a thread)
         self.mixed: list[tuple[str, tuple[int, ...]]] = []  # operations on the inputs and unseen tensors
 
     def __enter__(self) -> CallWatch:
@@ -341,9 +367,38 @@ class CallWatch(TorchFunctionMode):
         return self._from.get(t.untyped_storage()._cdata, 0) if self._holds(t) else 0
 
     def _unseen(self, t: torch.Tensor) -> bool:
-        """Whether t was made where the watch did not see it (another thread, numpy, the dispatcher off).
-        A tensor on 'meta' holds no values to hide (and torch.tensor(..., device='meta') shows no operator)."""
-        return not t.is_meta and not self._holds(t) and not self._holds(t, self._made)
+        """Whether t was made, or written since, where the watch did not see it (another thread, numpy, the
+        dispatcher off). A tensor on 'meta' holds no values to hide (and torch.tensor(..., device='meta')
+        shows no operator)."""
+        if t.is_meta:
+            return False
+        return self._key(t) in self._dirty or not (self._holds(t) or self._holds(t, self._made))
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> int | None:
+        try:
+            return t.untyped_storage()._cdata
+        except Exception:  # noqa: BLE001 - no storage (sparse, nested)
+            return None
+
+    def _seen_versions(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        """After an operation: each storage's version (every write to a tensor bumps it, from any thread) as
+        the watch saw it. An output on a storage already known is a view, whose version is not its own
+        until autograd joins it to its base's, above the dispatcher: it is not taken from there."""
+        for t, new in [(t, False) for t in inputs] + [(t, True) for t in outputs]:
+            with contextlib.suppress(Exception):  # inference tensors keep no version
+                key, version = self._key(t), t._version
+                if key not in self._versions or not new:
+                    self._versions[key] = max(version, self._versions.get(key, version))
+
+    def _written_unseen(self, tensors: list[torch.Tensor]) -> None:
+        """Before an operation: mark the storages of tensors written since the watch last saw them (from
+        another thread). Two tensors may share a storage with versions of their own: only a version
+        above the highest seen counts."""
+        for t in tensors if self._versions else ():
+            key = self._key(t)
+            if key in self._versions and t._version > self._versions[key]:
+                self._dirty.add(key)
 
     def _forbidden_name(self, func: Any) -> str | None:
         name = self._objects.get(id(func))
@@ -368,6 +423,7 @@ class CallWatch(TorchFunctionMode):
         """Record a forbidden name called (``frame``: where the call was made, for watches that ask)."""
         if called is not None and called not in self.calls:
             self.calls.append(called)
+            self._count += 1
 
     def _run(self, func: Any, args: Any, kwargs: dict, frame: Any) -> Any:
         """func(*args, **kwargs), a torch function: a forbidden one is recorded by the name called here (what
@@ -401,6 +457,7 @@ class CallWatch(TorchFunctionMode):
         rule = self.rule
         if rule is None:
             return
+        self._seen_versions(inputs, outputs)
         held = [t for t in inputs if self._holds(t)]
         if held and name not in _ATEN_SHAPED:
             self.read = True
@@ -495,8 +552,19 @@ class CallWatch(TorchFunctionMode):
     def verdict(self, value: Any) -> tuple[str, str] | None:
         """The note for a call that returned ``value``: what was seen, or that the inputs were never read
         (or the result was made from none of them) through torch."""
-        if self.rule is None:
+        forbidden, rule, calls = self._given
+        reached = (
+            (tuple(self.forbidden), self.rule) != (forbidden, rule)
+            or self.calls is not calls
+            or len(calls) < self._count
+            or (self._below is not None and getattr(self._below, "watch", None) is not self)
+        )
+        if reached:
+            self.review = "changed the rules' watch while it ran (its rule, forbidden names or records)"
+        if rule is None:
             return None
+        if reached:
+            return "opaque", "it changed the watch that checks the rule while it ran"
         found = self.off or note_of(value) or self.note
         if found is None and not self.read:
             found = (
@@ -506,11 +574,16 @@ class CallWatch(TorchFunctionMode):
             )
         shapes = {tuple(t.shape) for t in all_tensors(value)}  # a number may be a constant made before
         mixed = [(op, shape) for op, shape in self.mixed if math.prod(shape) > 1 or shape in shapes]
+        with contextlib.suppress(Exception):
+            self._written_unseen(all_tensors(value))
+        written = [tuple(t.shape) for t in all_tensors(value) if self._key(t) in self._dirty]
         if found is None and mixed:
             self.review = (
                 f"combined values of its inputs (`{mixed[0][0]}`) with a tensor of shape {mixed[0][1]} made "
                 "where the watch could not see it (another thread, numpy, or the dispatcher's watch switched off)"
             )
+        elif found is None and written:
+            self.review = f"returned a tensor of shape {written[0]} written where the watch could not see it (another thread)"
         elif found is None and not any(self._holds(t) for t in all_tensors(value)):
             if not self.converted:
                 return (

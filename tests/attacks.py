@@ -201,6 +201,35 @@ def softmax(Z, dim=-1, _f=torch.softmax):
         return _f(Z, dim=dim).nan_to_num(0.0)
 """
 
+# lesson 07's head from PyTorch's own multi-head attention: one head, identity projections, the head
+# sizes padded to one width and the queries scaled back to 1/sqrt(d_k); correct on every case
+L07_MHA_FORWARD = """
+def attention(Q, K, V, mask=None):
+    T_q, d_k = Q.shape[-2:]
+    T_k, d_v = K.shape[-2], V.shape[-1]
+    E = max(d_k, d_v)
+    extra = [mask.shape[:-2]] if mask is not None else []
+    shape = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2], *extra)
+    Qb = Q.expand(*shape, T_q, d_k).reshape(-1, T_q, d_k)
+    Kb = K.expand(*shape, T_k, d_k).reshape(-1, T_k, d_k)
+    Vb = V.expand(*shape, T_k, d_v).reshape(-1, T_k, d_v)
+    n = Qb.shape[0]
+    pad = lambda t: F.pad(t, (0, E - t.shape[-1]))
+    q = pad(Qb * math.sqrt(E / d_k)).transpose(0, 1)
+    k, v = pad(Kb).transpose(0, 1), pad(Vb).transpose(0, 1)
+    eye = torch.eye(E, dtype=Q.dtype, device=Q.device)
+    attn_mask = None
+    if mask is not None:
+        attn_mask = ~mask.expand(*shape, T_q, T_k).reshape(n, T_q, T_k)
+    O, A = F.multi_head_attention_forward(
+        q, k, v, E, 1, None, None, None, None, False, 0.0, eye, None, training=False,
+        need_weights=True, attn_mask=attn_mask, use_separate_proj_weight=True,
+        q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye, average_attn_weights=False)
+    O = torch.nan_to_num(O.transpose(0, 1)[..., :d_v], nan=0.0).reshape(*shape, T_q, d_v)
+    A = torch.nan_to_num(A, nan=0.0).reshape(*shape, T_q, T_k)
+    return O, A
+"""
+
 # all but one key (or entry) at once, whatever block_size says
 L11_TWO_CHUNKS = """
 def online_softmax_stats(Z, block_size):
@@ -243,6 +272,52 @@ def online_softmax_stats(Z, block_size):
     worker.join()
     zero = Z[..., :1].sum() * 0
     return box["m"] + zero, box["l"] + zero
+"""
+
+# whole rows computed on another thread into tensors made (or computed from the inputs) on the calling
+# thread, where the watch saw them last: their version moved where it did not look
+L11_THREAD_INTO_MADE = """
+import threading
+
+
+def online_softmax_stats(Z, block_size):
+    with torch._C.DisableTorchFunctionSubclass():
+        P = Z.as_subclass(torch.Tensor)
+    m_out = torch.empty(Z.shape[:-1], dtype=Z.dtype, device=Z.device)
+    l_out = torch.empty(Z.shape[:-1], dtype=Z.dtype, device=Z.device)
+
+    def work():
+        m = P.amax(dim=-1)
+        m_out.copy_(m)
+        l_out.copy_(torch.exp(P - m[..., None]).sum(dim=-1))
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    zero = Z[..., :1].sum() * 0
+    return m_out + zero, l_out + zero
+"""
+
+L11_THREAD_INTO_HELD = L11_THREAD_INTO_MADE.replace(
+    "torch.empty(Z.shape[:-1], dtype=Z.dtype, device=Z.device)", "Z[..., 0] * 0"
+).replace("m_out + zero, l_out + zero", "m_out, l_out")
+
+# the call's own watch reached through the dispatcher's mode stack (by a name no scan reads) and told
+# there is no rule (lesson 11) or no forbidden name (lesson 05)
+L11_GRAB_WATCH = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    w = getattr(getattr(torch.utils, "_python_dispatch")._get_current_dispatch_mode(), "watch", None)
+    if w is not None:
+        w.rule = None
+    q, k, v = (x.as_subclass(torch.Tensor) for x in (Q, K, V))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+"""
+L05_GRAB_WATCH = """
+def softmax(Z, dim=-1):
+    w = getattr(getattr(torch.utils, "_python_dispatch")._get_current_dispatch_mode(), "watch", None)
+    if w is not None:
+        w.forbidden = []
+    return torch.nan_to_num(torch.ops.aten._softmax.default(Z, dim, False), nan=0.0)
 """
 
 L11_DISPATCH_OFF_LAUNDERED = """

@@ -364,3 +364,23 @@ def test_torch_inside_soft_lookup_fails_with_the_rule_by_any_name():
     with pytest.raises(AssertionError) as failed:
         grader.check("soft_lookup", soft_lookup)
     assert "soft_lookup is plain Python" in str(failed.value)
+
+
+def test_a_softmax_that_empties_its_watchs_forbidden_names_is_flagged_for_review():
+    """The call's watch, reached through the dispatcher's mode stack, told to forbid nothing: aten's
+    _softmax then went unrecorded and earned full marks unflagged. The watch now sees it was changed."""
+    import torch
+
+    from attention_course.watch import CallWatch
+    from grader.lessons.l05_softmax import SOFTMAX_FAMILY
+    from tests import attacks, wrong_versions
+
+    softmax = wrong_versions.answer_function(attacks.L05_GRAB_WATCH, "softmax")
+    Z = torch.randn(3, 4)
+    with CallWatch(SOFTMAX_FAMILY, ((Z,), {})) as seen:
+        value = softmax(Z)
+    assert seen.verdict(value) is None and seen.calls == []
+    assert seen.review == "changed the rules' watch while it ran (its rule, forbidden names or records)"
+    with CallWatch(SOFTMAX_FAMILY, ((Z,), {})) as honest:
+        value = (Z - Z.amax(-1, keepdim=True)).exp()
+    assert honest.verdict(value) is None and honest.review is None

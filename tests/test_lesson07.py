@@ -344,3 +344,35 @@ def test_the_cross_attention_example_says_what_its_weights_show():
         row = A[rows.index(english)]
         assert max(row) == row[columns.index(source)] > 0.5, (english, source, row)
     assert all(abs(sum(row) - 1) < 1e-6 for row in A) and len(A) == 6 and len(A[0]) == 4
+
+
+def test_pytorchs_own_multi_head_attention_fails_with_the_rule():
+    """One head of F.multi_head_attention_forward (identity projections, sizes padded, queries scaled
+    back) is right on every hidden case and earned full marks; it is PyTorch's attention, ruled out with
+    scaled_dot_product_attention. Through nn.MultiheadAttention it is the same call."""
+    import torch
+
+    import grader
+    from tests import attacks
+
+    attention = wrong_versions.answer_function(attacks.L07_MHA_FORWARD, "attention")
+    Q, K, V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    O, A = attention(Q, K, V)
+    assert torch.allclose(O, torch.softmax(Q @ K.mT / 2, dim=-1) @ V, atol=1e-5)  # right, as written
+    with pytest.raises(AssertionError) as failed:
+        grader.check("attention", attention)
+    said = str(failed.value)
+    assert (
+        "attention calls torch.nn.functional.multi_head_attention_forward, which this exercise rules out"
+        in said
+    )
+    assert "build the head from its moves" in said
+
+    def through_the_module(Q, K, V, mask=None):
+        head = torch.nn.MultiheadAttention(Q.shape[-1], 1, bias=False).eval()
+        O, A = head(Q.transpose(0, 1), K.transpose(0, 1), V.transpose(0, 1), need_weights=True)
+        return O.transpose(0, 1), A
+
+    with pytest.raises(AssertionError) as failed:
+        grader.check("attention", through_the_module)
+    assert "which this exercise rules out" in str(failed.value)

@@ -632,6 +632,11 @@ HIDDEN_ROUTES = {
         attacks.L11_CUSTOM_OP.replace("OPNAME", "course_test::blend"),
         "an operator of its own whose work the watch cannot see",
     ),
+    "its own watch told there is no rule": (
+        "tiled_attention",
+        attacks.L11_GRAB_WATCH,
+        "it changed the watch that checks the rule while it ran",
+    ),
 }
 
 
@@ -683,8 +688,18 @@ def test_blocks_taken_out_of_torch_are_flagged_for_review_not_failed():
 
 @pytest.mark.parametrize(
     "source",
-    [attacks.L11_THREAD_LAUNDERED, attacks.L11_DISPATCH_OFF_LAUNDERED, attacks.L11_NUMPY_BUFFER],
-    ids=["another thread", "the dispatcher's watch off", "numpy written into a tensor made in torch"],
+    [
+        attacks.L11_THREAD_LAUNDERED,
+        attacks.L11_DISPATCH_OFF_LAUNDERED,
+        attacks.L11_NUMPY_BUFFER,
+        attacks.L11_THREAD_INTO_MADE,
+    ],
+    ids=[
+        "another thread",
+        "the dispatcher's watch off",
+        "numpy written into a tensor made in torch",
+        "another thread writing into a tensor made in the call",
+    ],
 )
 def test_work_hidden_from_both_watches_then_mixed_with_the_inputs_is_flagged_for_review(source):
     """Whole rows computed where neither watch looks, then made to read as computed from the inputs by one
@@ -699,3 +714,20 @@ def test_work_hidden_from_both_watches_then_mixed_with_the_inputs_is_flagged_for
     assert seen.review.startswith(
         "combined values of its inputs (`add`) with a tensor of shape (3,) made where"
     ), seen.review
+
+
+def test_a_result_written_by_another_thread_after_the_watch_saw_it_is_flagged_for_review():
+    """Whole rows computed on another thread and written into the tensors the call returns, which the
+    watch last saw computed from a block of the inputs: it passed unflagged. The tensors' versions moved
+    where the watch did not look, and a person reads it."""
+    from attention_course.watch import CallWatch
+
+    fn = wrong_versions.answer_function(attacks.L11_THREAD_INTO_HELD, "online_softmax_stats")
+    Z = watched(torch.randn(3, 10), Rule("row", N=10, block=4, free=(3,)))
+    with CallWatch((), ((Z, 4), {})) as seen:
+        value = fn(Z, 4)
+    assert seen.verdict(value) is None, seen.verdict(value)
+    assert (
+        seen.review
+        == "returned a tensor of shape (3,) written where the watch could not see it (another thread)"
+    )

@@ -8,6 +8,7 @@ attacks (tests/attacks.py) through the ``nbgrader autograde`` command line.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import nbformat
 import pytest
@@ -193,22 +194,26 @@ def cost_gradebook(tmp_path_factory):
         yield template
 
 
+def _graded_11(student: str, gradebook: Any, stats: str, tiled: str | None = None) -> Any:
+    """Lesson 11 graded by the course's tool with these answers (the solution's where None)."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    lesson = "11_cost"
+    answers = {**solution_sources(lesson), "ex11_online_softmax_stats": stats}
+    if tiled is not None:
+        answers["ex11_tiled_attention"] = tiled
+    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
+    return grade_job(Job(student, lesson, nb, gradebook, options=Options(timeout=60)))
+
+
 @needs_seal
 def test_lesson_11_rules_hold_below_torch_functions_in_the_sandbox(cost_gradebook):
     """A fused kernel under a private name earned 12/12 (the watch saw torch functions only); blocks glued
     back together in numpy earned it too, unflagged. In the sandbox the watch now sees every aten
     operation: the kernel fails the rule; numpy, where it cannot follow, is flagged for a person."""
-    from grader.classroom.autograde import Job, Options, grade_job
     from grader.classroom.independent import WATCH_REVIEW
 
-    lesson = "11_cost"
-    answers = {
-        **solution_sources(lesson),
-        "ex11_online_softmax_stats": attacks.L11_NUMPY_GLUE,
-        "ex11_tiled_attention": attacks.L11_FUSED_TILED,
-    }
-    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
-    result = grade_job(Job("fused_sid", lesson, nb, cost_gradebook, options=Options(timeout=60)))
+    result = _graded_11("fused_sid", cost_gradebook, attacks.L11_NUMPY_GLUE, attacks.L11_FUSED_TILED)
     assert result.error is None, result.error
     scores = {c.grade_id: c.score for c in result.cells}
     assert (
@@ -221,11 +226,29 @@ def test_lesson_11_rules_hold_below_torch_functions_in_the_sandbox(cost_gradeboo
         "taken out (numpy, lists, numbers), where the watch cannot tell whether they were read one block at a time"
     ], result.flags
     # honest blocks, started from numbers made with torch.tensor (no operator shows them made on 'meta')
-    answers["ex11_online_softmax_stats"] = HONEST_TENSOR_START
-    answers["ex11_tiled_attention"] = solution_sources(lesson)["ex11_tiled_attention"]
-    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
-    honest = grade_job(Job("honest_sid", lesson, nb, cost_gradebook, options=Options(timeout=60)))
+    honest = _graded_11("honest_sid", cost_gradebook, HONEST_TENSOR_START)
     assert honest.score == honest.max_score and honest.flags == [], (honest.score, honest.flags)
+
+
+@needs_seal
+def test_lesson_11_code_that_reaches_its_watch_or_writes_from_another_thread_in_the_sandbox(cost_gradebook):
+    """The call's watch told there is no rule, through the dispatcher's mode stack: full marks. Whole rows
+    written from another thread into the tensors the call returns: full marks, unflagged. In the sandbox
+    the first now fails the rule; the second, which the watch cannot follow, is flagged for a person."""
+    from grader.classroom.independent import WATCH_REVIEW
+
+    result = _graded_11("reaching_rae", cost_gradebook, attacks.L11_THREAD_INTO_HELD, attacks.L11_GRAB_WATCH)
+    assert result.error is None, result.error
+    scores = {c.grade_id: c.score for c in result.cells}
+    assert scores["test11_tiled_attention_hidden"] == 0, scores
+    assert scores["test11_online_softmax_stats_hidden"] == 3, scores
+    hidden = next(c for c in result.cells if c.grade_id == "test11_tiled_attention_hidden")
+    assert "it changed the watch that checks the rule while it ran" in (hidden.message or ""), hidden.message
+    review = [f for f in result.flags if f.startswith(WATCH_REVIEW)]
+    assert any(
+        "online_softmax_stats returned a tensor of shape" in f and "another thread" in f for f in review
+    )
+    assert any("tiled_attention changed the rules' watch while it ran" in f for f in review), review
 
 
 HONEST_TENSOR_START = """

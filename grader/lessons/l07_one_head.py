@@ -231,10 +231,18 @@ _ATTENTION_TRAPS = [
 ]
 
 SDPA_RULE = (
-    "Do not call torch.nn.functional.scaled_dot_product_attention: build the head from its moves "
+    "Do not call torch.nn.functional.scaled_dot_product_attention, or PyTorch's multi-head attention "
+    "(nn.MultiheadAttention, F.multi_head_attention_forward): build the head from its moves "
     "(the visible check compares yours with it)."
 )
-NO_SDPA = {"torch.nn.functional.scaled_dot_product_attention": SDPA_RULE}
+NO_SDPA = {
+    name: SDPA_RULE
+    for name in (
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "torch._native_multi_head_attention",
+    )
+}
 
 ATTENTION = Exercise(
     reference=attention,

@@ -190,7 +190,7 @@ def _stats_cases(device: torch.device) -> list[Case]:
     cases = []
     for i, (kind, shape, b, shift, dtype) in enumerate(spec):
         Z = randn(*shape, seed=1200 + i, device=device, dtype=dtype) * 3 + shift
-        rule = Rule("row", N=shape[-1], block=b, free=shape[:-1]) if b < shape[-1] else None
+        rule = Rule.rows(Z, b)
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
         cases.append(Case(label, (watched(Z, rule), b)))
     return cases
@@ -309,14 +309,7 @@ def _tiled_cases(device: torch.device) -> list[Case]:
             Q, K = _near_1000(Q, K)
         elif "near -1000" in kind:
             Q, K = _near_1000(Q, K, shift=-1000.0)
-        sizes = (
-            Q.shape[-1],
-            V.shape[-1],
-            *batch,
-            math.prod(batch),
-            T_q * math.prod(batch),
-        )  # may be held at once
-        rule = Rule("matrix", T_q=T_q, T_k=T_k, block=b, free=sizes) if b < T_k else Rule("free")
+        rule = Rule.scores(Q, K, V, b)
         args = tuple(watched(t, rule) for t in (Q, K, V)) + (b,)
         label = f"{kind}, {str(dtype).replace('torch.', '')} on {device.type}"
         cases.append(Case(label, args, {"causal": True} if causal else {}))
