@@ -86,6 +86,9 @@ class ApplyVerdicts(NbGraderPreprocessor):
             kernel_passed = kernel_score is not None and kernel_score >= points
             outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
+            stop, said = ctx.get("stop"), str((verdict or {}).get("message"))  # the grader stopped it
+            if stop and (verdict is None or (not verdict["passed"] and "ended its process" in said)):
+                verdict = {"passed": False, "ename": stop[0], "message": "not run: " + stop[1]}
             if verdict is None:
                 if trusted is None:
                     reason = "this check could not be run outside the notebook (time limit)"
@@ -93,9 +96,6 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 else:
                     reason = "this check did not run outside the notebook"
                 verdict = {"passed": False, "ename": "NotVerified", "message": reason}
-            stop = ctx.get("stop")  # the grader stopped the notebook: that ended the sandbox, not the student
-            if stop and not verdict["passed"] and "ended its process" in str(verdict.get("message")):
-                verdict = {"passed": False, "ename": stop[0], "message": "not run: " + stop[1]}
             if verdict["passed"] is None:
                 # cannot be decided outside the notebook (inputs of the lesson's own that cannot leave this
                 # process; never a value of the student's): the kernel's verdict stands, for a person to review
