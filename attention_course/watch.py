@@ -274,10 +274,19 @@ class _Below(TorchDispatchMode):
             self.watch._written_unseen(inputs)
         out = func(*args, **kwargs)
         try:
-            self.watch._dispatched(func, inputs, all_tensors(out))
+            self.watch._dispatched(func, inputs, all_tensors(out), _written(func, args, kwargs))
         except Exception as e:  # noqa: BLE001 - watching never changes what the student's code gets
             self.watch._failed(_name(func), e)
         return out
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an aten operation writes into (in place, ``out=``), by its schema."""
+    written = []
+    for i, arg in enumerate(getattr(getattr(func, "_schema", None), "arguments", ())):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            written += all_tensors(args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name))
+    return written
 
 
 class CallWatch(TorchFunctionMode):
@@ -326,6 +335,18 @@ class CallWatch(TorchFunctionMode):
         self._versions: dict[int, int] = {}  # each storage's version when the watch last saw it
         self._dirty: set[int] = set()  # storages written since then where the watch did not see (a thread)
         self.mixed: list[tuple[str, tuple[int, ...]]] = []  # operations on the inputs and unseen tensors
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if sys._getframe(1).f_globals.get("__name__", "").partition(".")[0] not in (
+            "attention_course",
+            "torch",
+        ):
+            object.__setattr__(self, "_reached", name)  # set by code outside the watch: noted for verdict
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        object.__setattr__(self, "_reached", name)
 
     def __enter__(self) -> CallWatch:
         super().__enter__()
@@ -381,13 +402,20 @@ class CallWatch(TorchFunctionMode):
         except Exception:  # noqa: BLE001 - no storage (sparse, nested)
             return None
 
-    def _seen_versions(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def _seen_versions(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], written: list) -> None:
         """After an operation: each storage's version (every write to a tensor bumps it, from any thread) as
-        the watch saw it. An output on a storage already known is a view, whose version is not its own
-        until autograd joins it to its base's, above the dispatcher: it is not taken from there."""
-        for t, new in [(t, False) for t in inputs] + [(t, True) for t in outputs]:
+        the watch saw it. PyTorch bumps the version of what an operation wrote (``written``) above the
+        dispatcher, once the operation is back: one more is expected there. An output on a storage already
+        known is a view, whose version is not its own until autograd joins it to its base's (above the
+        dispatcher too): it is not taken from there."""
+        seen = (
+            [(t, 0, False) for t in inputs]
+            + [(t, 0, True) for t in outputs]
+            + [(t, 1, False) for t in written]
+        )
+        for t, bump, new in seen:
             with contextlib.suppress(Exception):  # inference tensors keep no version
-                key, version = self._key(t), t._version
+                key, version = self._key(t), t._version + bump
                 if key not in self._versions or not new:
                     self._versions[key] = max(version, self._versions.get(key, version))
 
@@ -447,7 +475,7 @@ class CallWatch(TorchFunctionMode):
             self._failed(_name(func), e)
         return out
 
-    def _dispatched(self, func: Any, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def _dispatched(self, func: Any, inputs: list, outputs: list, written: list | tuple = ()) -> None:
         """One aten operation, seen at the dispatcher."""
         if self.forbidden and not self._covered:
             self._forbidden_call(self._forbidden_name(func), sys._getframe(2))
@@ -457,7 +485,7 @@ class CallWatch(TorchFunctionMode):
         rule = self.rule
         if rule is None:
             return
-        self._seen_versions(inputs, outputs)
+        self._seen_versions(inputs, outputs, list(written))
         held = [t for t in inputs if self._holds(t)]
         if held and name not in _ATEN_SHAPED:
             self.read = True
@@ -558,13 +586,14 @@ class CallWatch(TorchFunctionMode):
             or self.calls is not calls
             or len(calls) < self._count
             or (self._below is not None and getattr(self._below, "watch", None) is not self)
+            or "_reached" in vars(self)
         )
         if reached:
             self.review = "changed the rules' watch while it ran (its rule, forbidden names or records)"
+        if reached and (rule is not None or self._shapes):  # its inputs were watched (lesson 11)
+            return "opaque", "it changed the watch that checks the rule while it ran"
         if rule is None:
             return None
-        if reached:
-            return "opaque", "it changed the watch that checks the rule while it ran"
         found = self.off or note_of(value) or self.note
         if found is None and not self.read:
             found = (

@@ -266,7 +266,7 @@ class _Watch:
                     value = fn(*args, **kwargs)
                 finally:
                     watch.calls += [n for n in seen.calls if n not in watch.calls]
-            return mark(value, seen.verdict(value))
+            return mark(value, CallWatch.verdict(seen, value))  # the class's, whatever the call set on seen
 
         return call
 

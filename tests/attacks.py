@@ -312,6 +312,45 @@ def tiled_attention(Q, K, V, block_size, causal=False):
     q, k, v = (x.as_subclass(torch.Tensor) for x in (Q, K, V))
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 """
+# the same watch found on the function-mode stack, then told what it was given (no rule), or its note
+# of a fused kernel taken back
+_FIND_WATCH = """
+def _w():
+    for i in range(8):
+        try:
+            m = torch._C._get_function_stack_at(i)
+        except Exception:
+            return None
+        if hasattr(m, "verdict"):
+            return m
+"""
+L11_FORGED_WATCH = (
+    _FIND_WATCH
+    + """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    w = _w()
+    if w is not None:
+        w.rule = None
+        given = list(w._given)
+        given[1] = None
+        w._given = tuple(given)
+    q, k, v = (x.as_subclass(torch.Tensor) for x in (Q, K, V))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+"""
+)
+L11_NOTE_TAKEN_BACK = (
+    _FIND_WATCH
+    + """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    q, k, v = (x.as_subclass(torch.Tensor) for x in (Q, K, V))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    w = _w()
+    if w is not None:
+        w.note = None
+        w._covered = False
+    return out + Q[..., :1, :1] * 0
+"""
+)
 L05_GRAB_WATCH = """
 def softmax(Z, dim=-1):
     w = getattr(getattr(torch.utils, "_python_dispatch")._get_current_dispatch_mode(), "watch", None)

@@ -637,6 +637,16 @@ HIDDEN_ROUTES = {
         attacks.L11_GRAB_WATCH,
         "it changed the watch that checks the rule while it ran",
     ),
+    "its own watch told it was given no rule": (
+        "tiled_attention",
+        attacks.L11_FORGED_WATCH,
+        "it changed the watch that checks the rule while it ran",
+    ),
+    "its own watch's note of a fused kernel taken back": (
+        "tiled_attention",
+        attacks.L11_NOTE_TAKEN_BACK,
+        "it changed the watch that checks the rule while it ran",
+    ),
 }
 
 
@@ -731,3 +741,57 @@ def test_a_result_written_by_another_thread_after_the_watch_saw_it_is_flagged_fo
         seen.review
         == "returned a tensor of shape (3,) written where the watch could not see it (another thread)"
     )
+
+
+# honest answers that write in place: into their running statistics, a preallocated output, out=
+IN_PLACE_STATS = """
+def online_softmax_stats(Z, block_size):
+    m = torch.full(Z.shape[:-1], float("-inf"), dtype=Z.dtype, device=Z.device)
+    l = torch.zeros_like(m)
+    for s in range(0, Z.shape[-1], block_size):
+        b = Z[..., s:s + block_size]
+        m_new = torch.maximum(m, b.amax(-1))
+        l *= torch.exp(m - m_new)
+        l += torch.exp(b - m_new[..., None]).sum(-1)
+        torch.maximum(m, m_new, out=m)
+    return m, l
+"""
+IN_PLACE_TILED = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    out = torch.empty((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]
+    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros_like(out)
+    for s in range(0, K.shape[-2], block_size):
+        S = Q @ K[..., s:s + block_size, :].mT / math.sqrt(Q.shape[-1])
+        if causal:
+            S.masked_fill_(torch.arange(s, s + S.shape[-1], device=Q.device) > rows, float("-inf"))
+        m_new = torch.maximum(m, S.amax(-1, keepdim=True))
+        f = torch.exp(m - m_new).nan_to_num_(0.0)
+        P = torch.exp(S - m_new).nan_to_num_(0.0)
+        l.mul_(f).add_(P.sum(-1, keepdim=True))
+        acc *= f
+        acc += P @ V[..., s:s + block_size, :]
+        m.copy_(m_new)
+    out[...] = acc / l
+    return out
+"""
+
+
+@pytest.mark.parametrize(
+    "name, source", [("online_softmax_stats", IN_PLACE_STATS), ("tiled_attention", IN_PLACE_TILED)]
+)
+def test_honest_answers_that_write_in_place_pass_with_nothing_to_review(name, source):
+    """Writes in place bump a tensor's version above the dispatcher, after the watch saw the operation:
+    they were taken for writes from another thread and flagged. Every hidden case now passes clean."""
+    from attention_course.watch import CallWatch
+    from grader.lessons.l11_cost import _stats_cases, _tiled_cases
+
+    fn = wrong_versions.answer_function(source, name)
+    cases = (_stats_cases if name == "online_softmax_stats" else _tiled_cases)(torch.device("cpu"))
+    for case in cases:
+        with CallWatch((), (case.args, case.kwargs)) as seen:
+            value = fn(*case.args, **case.kwargs)
+        assert (seen.verdict(value), seen.review) == (None, None), case.label
+    grader.check(name, fn)

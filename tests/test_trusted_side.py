@@ -249,6 +249,11 @@ def test_lesson_11_code_that_reaches_its_watch_or_writes_from_another_thread_in_
         "online_softmax_stats returned a tensor of shape" in f and "another thread" in f for f in review
     )
     assert any("tiled_attention changed the rules' watch while it ran" in f for f in review), review
+    # honest answers that write in place (each write bumps a version after the watch saw the operation)
+    from tests.test_lesson11 import IN_PLACE_STATS, IN_PLACE_TILED
+
+    honest = _graded_11("in_place_ivy", cost_gradebook, IN_PLACE_STATS, IN_PLACE_TILED)
+    assert honest.score == honest.max_score and honest.flags == [], (honest.score, honest.flags)
 
 
 HONEST_TENSOR_START = """
@@ -269,6 +274,8 @@ def online_softmax_stats(Z, block_size):
     [
         "from torch.utils._python_dispatch import _get_current_dispatch_mode\n_get_current_dispatch_mode().watch.rule = None",
         "@torch.library.custom_op('mine::blend', mutates_args=())\ndef blend(x: torch.Tensor) -> torch.Tensor: ...",
+        "w = torch._C._get_function_stack_at(0)",
+        "torch._C._autograd._unsafe_set_version_counter(out, 0)",
     ],
 )
 def test_code_that_reaches_the_watch_or_hides_work_in_its_own_operator_is_flagged_for_review(code):

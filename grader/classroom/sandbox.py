@@ -497,7 +497,7 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
                 if seen is not None:
                     called += [n for n in seen.calls if n not in called]
             answer = {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
-            note = seen.verdict(value) if seen is not None else None
+            note = _WATCH.CallWatch.verdict(seen, value) if seen is not None else None  # not the instance's
             if seen is not None and seen.review:
                 _REVIEW.add(f"{name} {seen.review}")
             if note is not None:

@@ -62,7 +62,7 @@ TEXT_SIGNS = [
         re.compile(
             r"\b(DisableTorchFunction|_DisableTorchDispatch|_disable_current_modes|_pop_torch_function_stack"
             r"|_pop_mode|_set_torch_function_mode|_len_torch_function_stack|_get_current_dispatch_mode\w*"
-            r"|_get_current_function_mode\w*|custom_op|torch\.library)\b"
+            r"|_get_current_function_mode\w*|custom_op|torch\.library|_get_\w+_stack_at|_unsafe_set_version\w*)\b"
         ),
         "turns off the course's watch on torch calls (the lesson's rules)",
     ),

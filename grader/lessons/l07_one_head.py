@@ -241,6 +241,7 @@ NO_SDPA = {
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
         "torch._native_multi_head_attention",
+        "torch._transformer_encoder_layer_fwd",  # a Transformer layer's fast path: attention inside
     )
 }
 
