@@ -15,6 +15,7 @@ torch.softmax" is not fooled by ``torch._softmax``), a watched input taken out o
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import math
 import sys
@@ -280,6 +281,14 @@ class _Below(TorchDispatchMode):
         return out
 
 
+def _fingerprint(t: torch.Tensor) -> int:
+    """A hash of the bytes of t's storage (on the CPU: elsewhere reading them would cost a copy)."""
+    storage = t.untyped_storage()
+    if storage.device.type != "cpu":
+        raise ValueError("not on the CPU")
+    return hash(ctypes.string_at(storage.data_ptr(), storage.nbytes())) if storage.nbytes() else 0
+
+
 def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors an aten operation writes into (in place, ``out=``), by its schema."""
     written = []
@@ -332,7 +341,7 @@ class CallWatch(TorchFunctionMode):
         self.review: str | None = None  # what the watch could not decide, for a person to look at
         self._covered = False  # inside a torch function already recorded as forbidden
         self._made: dict[int, StorageWeakRef] = {}  # storages the watch saw made from no unseen tensor
-        self._versions: dict[int, int] = {}  # each storage's version when the watch last saw it
+        self._prints: dict[int, tuple[StorageWeakRef, int]] = {}  # storages made or written, as last seen
         self._dirty: set[int] = set()  # storages written since then where the watch did not see (a thread)
         self.mixed: list[tuple[str, tuple[int, ...]]] = []  # operations on the inputs and unseen tensors
 
@@ -402,31 +411,24 @@ class CallWatch(TorchFunctionMode):
         except Exception:  # noqa: BLE001 - no storage (sparse, nested)
             return None
 
-    def _seen_versions(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], written: list) -> None:
-        """After an operation: each storage's version (every write to a tensor bumps it, from any thread) as
-        the watch saw it. PyTorch bumps the version of what an operation wrote (``written``) above the
-        dispatcher, once the operation is back: one more is expected there. An output on a storage already
-        known is a view, whose version is not its own until autograd joins it to its base's (above the
-        dispatcher too): it is not taken from there."""
-        seen = (
-            [(t, 0, False) for t in inputs]
-            + [(t, 0, True) for t in outputs]
-            + [(t, 1, False) for t in written]
-        )
-        for t, bump, new in seen:
-            with contextlib.suppress(Exception):  # inference tensors keep no version
-                key, version = self._key(t), t._version + bump
-                if key not in self._versions or not new:
-                    self._versions[key] = max(version, self._versions.get(key, version))
+    def _seen_writes(self, outputs: list[torch.Tensor], written: list[torch.Tensor]) -> None:
+        """After an operation: what the storages it made (``outputs`` on a storage not known yet; one known
+        is a view) and wrote into (``written``) hold, as the watch saw them."""
+        for t, made in [(t, True) for t in outputs] + [(t, False) for t in written]:
+            with contextlib.suppress(Exception):  # no storage (sparse, nested), or not on the CPU
+                key = self._key(t)
+                known = self._prints.get(key)
+                if not made or known is None or known[0].expired():
+                    self._prints[key] = (StorageWeakRef(t.untyped_storage()), _fingerprint(t))
 
     def _written_unseen(self, tensors: list[torch.Tensor]) -> None:
-        """Before an operation: mark the storages of tensors written since the watch last saw them (from
-        another thread). Two tensors may share a storage with versions of their own: only a version
-        above the highest seen counts."""
-        for t in tensors if self._versions else ():
-            key = self._key(t)
-            if key in self._versions and t._version > self._versions[key]:
-                self._dirty.add(key)
+        """Before an operation: mark the storages that hold other bytes than the watch last saw them hold:
+        written where it does not look (another thread, numpy, ``.data``)."""
+        for t in tensors if self._prints else ():
+            known = self._prints.get(self._key(t))
+            with contextlib.suppress(Exception):  # not on the CPU
+                if known is not None and not known[0].expired() and known[1] != _fingerprint(t):
+                    self._dirty.add(self._key(t))
 
     def _forbidden_name(self, func: Any) -> str | None:
         name = self._objects.get(id(func))
@@ -485,7 +487,7 @@ class CallWatch(TorchFunctionMode):
         rule = self.rule
         if rule is None:
             return
-        self._seen_versions(inputs, outputs, list(written))
+        self._seen_writes(outputs, list(written))
         held = [t for t in inputs if self._holds(t)]
         if held and name not in _ATEN_SHAPED:
             self.read = True

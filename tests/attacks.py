@@ -275,7 +275,7 @@ def online_softmax_stats(Z, block_size):
 """
 
 # whole rows computed on another thread into tensors made (or computed from the inputs) on the calling
-# thread, where the watch saw them last: their version moved where it did not look
+# thread, where the watch saw them last: their bytes changed where it did not look
 L11_THREAD_INTO_MADE = """
 import threading
 
@@ -297,6 +297,15 @@ def online_softmax_stats(Z, block_size):
     zero = Z[..., :1].sum() * 0
     return m_out + zero, l_out + zero
 """
+
+# the same, written through numpy (or .data, dlpack, another tensor over the same memory): no version moves,
+# the bytes do
+L11_THREAD_NUMPY_INTO_MADE = L11_THREAD_INTO_MADE.replace(
+    "m_out.copy_(m)", "m_out.numpy()[...] = m.numpy()"
+).replace(
+    "l_out.copy_(torch.exp(P - m[..., None]).sum(dim=-1))",
+    "l_out.numpy()[...] = torch.exp(P - m[..., None]).sum(dim=-1).numpy()",
+)
 
 L11_THREAD_INTO_HELD = L11_THREAD_INTO_MADE.replace(
     "torch.empty(Z.shape[:-1], dtype=Z.dtype, device=Z.device)", "Z[..., 0] * 0"

@@ -703,12 +703,14 @@ def test_blocks_taken_out_of_torch_are_flagged_for_review_not_failed():
         attacks.L11_DISPATCH_OFF_LAUNDERED,
         attacks.L11_NUMPY_BUFFER,
         attacks.L11_THREAD_INTO_MADE,
+        attacks.L11_THREAD_NUMPY_INTO_MADE,
     ],
     ids=[
         "another thread",
         "the dispatcher's watch off",
         "numpy written into a tensor made in torch",
         "another thread writing into a tensor made in the call",
+        "another thread writing into it through numpy",
     ],
 )
 def test_work_hidden_from_both_watches_then_mixed_with_the_inputs_is_flagged_for_review(source):
@@ -728,7 +730,7 @@ def test_work_hidden_from_both_watches_then_mixed_with_the_inputs_is_flagged_for
 
 def test_a_result_written_by_another_thread_after_the_watch_saw_it_is_flagged_for_review():
     """Whole rows computed on another thread and written into the tensors the call returns, which the
-    watch last saw computed from a block of the inputs: it passed unflagged. The tensors' versions moved
+    watch last saw computed from a block of the inputs: it passed unflagged. The tensors' bytes changed
     where the watch did not look, and a person reads it."""
     from attention_course.watch import CallWatch
 
@@ -784,7 +786,8 @@ def tiled_attention(Q, K, V, block_size, causal=False):
 )
 def test_honest_answers_that_write_in_place_pass_with_nothing_to_review(name, source):
     """Writes in place bump a tensor's version above the dispatcher, after the watch saw the operation:
-    they were taken for writes from another thread and flagged. Every hidden case now passes clean."""
+    they were taken for writes from another thread and flagged. The watch now compares the bytes it
+    saw written with those there, and every hidden case passes clean."""
     from attention_course.watch import CallWatch
     from grader.lessons.l11_cost import _stats_cases, _tiled_cases
 

@@ -249,7 +249,7 @@ def test_lesson_11_code_that_reaches_its_watch_or_writes_from_another_thread_in_
         "online_softmax_stats returned a tensor of shape" in f and "another thread" in f for f in review
     )
     assert any("tiled_attention changed the rules' watch while it ran" in f for f in review), review
-    # honest answers that write in place (each write bumps a version after the watch saw the operation)
+    # honest answers that write in place (each write changes bytes the watch saw written)
     from tests.test_lesson11 import IN_PLACE_STATS, IN_PLACE_TILED
 
     honest = _graded_11("in_place_ivy", cost_gradebook, IN_PLACE_STATS, IN_PLACE_TILED)
