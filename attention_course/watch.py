@@ -52,7 +52,8 @@ class Rule:
         """Lesson 11's rule for ``fn(Z, block_size)``: each row of ``Z`` read at most ``block`` entries
         at a time (None where one block holds a whole row)."""
         N = Z.shape[-1]
-        return cls("row", N=N, block=block, free=tuple(Z.shape[:-1])) if block < N else None
+        free = (*Z.shape[:-1], math.prod(Z.shape[:-1]))  # a row per entry of the rest, or all of them flat
+        return cls("row", N=N, block=block, free=free) if block < N else None
 
     @classmethod
     def scores(cls, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, block: int) -> Rule:
@@ -68,7 +69,7 @@ class Rule:
 # operations that take a block, a view or a copy of a tensor without computing anything from whole rows
 _SELECTS = {
     "__getitem__", "__len__", "__iter__", "split", "split_with_sizes", "chunk", "tensor_split", "unbind",
-    "narrow", "select", "unfold", "detach", "clone", "contiguous", "to", "float", "double", "half",
+    "narrow", "select", "unfold", "as_strided", "detach", "clone", "contiguous", "to", "float", "double", "half",
     "type", "type_as", "cpu", "cuda", "view", "view_as", "reshape", "reshape_as", "unflatten", "flatten",
     "transpose", "permute", "movedim", "moveaxis", "swapaxes", "swapdims", "unsqueeze", "squeeze", "expand",
     "expand_as", "new_full", "new_zeros", "new_ones", "new_empty", "new_tensor", "zeros_like", "ones_like",
@@ -271,14 +272,29 @@ class _Below(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         inputs = all_tensors(args) + all_tensors(kwargs)
-        with contextlib.suppress(Exception):  # before the operation: it may write into its inputs
+        with (
+            _own_work(),
+            contextlib.suppress(Exception),
+        ):  # before the operation: it may write into its inputs
             self.watch._written_unseen(inputs)
         out = func(*args, **kwargs)
-        try:
-            self.watch._dispatched(func, inputs, all_tensors(out), _written(func, args, kwargs))
-        except Exception as e:  # noqa: BLE001 - watching never changes what the student's code gets
-            self.watch._failed(_name(func), e)
+        with _own_work():
+            try:
+                self.watch._dispatched(func, inputs, all_tensors(out), _written(func, args, kwargs))
+            except Exception as e:  # noqa: BLE001 - watching never changes what the student's code gets
+                self.watch._failed(_name(func), e)
         return out
+
+
+@contextlib.contextmanager
+def _own_work() -> Any:
+    """The watch's own torch calls (a tensor's storage, its bytes) are not the student's: where an
+    operation reaches the dispatcher with the CallWatch still on (TorchScript), it lets them through."""
+    busy, _local.busy = getattr(_local, "busy", False), True
+    try:
+        yield
+    finally:
+        _local.busy = busy
 
 
 def _fingerprint(t: torch.Tensor) -> int:
@@ -470,6 +486,8 @@ class CallWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
+        if getattr(_local, "busy", False):  # the watch's own work (``_own_work``)
+            return func(*args, **kwargs)
         out = self._run(func, args, kwargs, sys._getframe(1))
         try:
             self._look(func, all_tensors(args) + all_tensors(kwargs), all_tensors(out))
@@ -551,6 +569,8 @@ class CallWatch(TorchFunctionMode):
         mine = [t for t in inputs if (isinstance(t, Watched) and t._rule is not None) or self._holds(t)]
         if mine and (outputs or name in _CONVERSIONS) and name not in _METADATA:
             self.read = True
+        if name.split(".")[-1] in ("apply_", "map_", "map2_") and inputs:  # written in C++, not by aten
+            self._seen_writes([], inputs[:1])
         if name in _CONVERSIONS:
             self.converted += sum(t.numel() for t in mine)
             for t in inputs:  # what is written through numpy or a pointer is out of the watch's sight
@@ -611,7 +631,8 @@ class CallWatch(TorchFunctionMode):
         if found is None and mixed:
             self.review = (
                 f"combined values of its inputs (`{mixed[0][0]}`) with a tensor of shape {mixed[0][1]} made "
-                "where the watch could not see it (another thread, numpy, or the dispatcher's watch switched off)"
+                "where the watch could not see it (before the call, another thread, numpy, or the dispatcher's watch "
+                "switched off)"
             )
         elif found is None and written:
             self.review = f"returned a tensor of shape {written[0]} written where the watch could not see it (another thread)"

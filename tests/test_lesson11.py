@@ -781,8 +781,54 @@ def tiled_attention(Q, K, V, block_size, causal=False):
 """
 
 
+# honest answers the watch once misread: rows flattened to (batch, N); a block's factor computed by
+# Tensor.apply_ (written in C++, not by an aten operation); each block's step in TorchScript, whose
+# operations reach the dispatcher with the watch's own bookkeeping still watched
+FLAT_STATS = """
+def online_softmax_stats(Z, block_size):
+    Zf = Z.reshape(-1, Z.shape[-1])
+    m = torch.full(Zf.shape[:-1], float("-inf"), dtype=Z.dtype, device=Z.device)
+    l = torch.zeros_like(m)
+    for s in range(0, Z.shape[-1], block_size):
+        b = Zf[:, s:s + block_size]
+        m_new = torch.maximum(m, b.amax(-1))
+        l = l * (m - m_new).apply_(math.exp) + torch.exp(b - m_new[:, None]).sum(-1)
+        m = m_new
+    return m.reshape(Z.shape[:-1]), l.reshape(Z.shape[:-1])
+"""
+SCRIPTED_STEP_TILED = '''
+_cu = torch.jit.CompilationUnit("""
+def step(m, l, acc, S, v):
+    m_new = torch.maximum(m, S.amax(-1, keepdim=True))
+    f = torch.exp(m - m_new).nan_to_num(0.0)
+    P = torch.exp(S - m_new).nan_to_num(0.0)
+    return m_new, l * f + P.sum(-1, keepdim=True), acc * f + P @ v
+""")
+
+
+def tiled_attention(Q, K, V, block_size, causal=False):
+    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    rows = torch.arange(Q.shape[-2], device=Q.device)[:, None]
+    for s in range(0, K.shape[-2], block_size):
+        S = Q @ K[..., s:s + block_size, :].mT / math.sqrt(Q.shape[-1])
+        if causal:
+            S = S.masked_fill(torch.arange(s, s + S.shape[-1], device=Q.device) > rows, float("-inf"))
+        m, l, acc = _cu.step(m, l, acc, S, V[..., s:s + block_size, :])
+    return acc / l
+'''
+
+
 @pytest.mark.parametrize(
-    "name, source", [("online_softmax_stats", IN_PLACE_STATS), ("tiled_attention", IN_PLACE_TILED)]
+    "name, source",
+    [
+        ("online_softmax_stats", IN_PLACE_STATS),
+        ("tiled_attention", IN_PLACE_TILED),
+        ("online_softmax_stats", FLAT_STATS),
+        ("tiled_attention", SCRIPTED_STEP_TILED),
+    ],
+    ids=["stats in place", "tiled in place", "stats on flattened rows, apply_", "tiled, a TorchScript step"],
 )
 def test_honest_answers_that_write_in_place_pass_with_nothing_to_review(name, source):
     """Writes in place bump a tensor's version above the dispatcher, after the watch saw the operation:
