@@ -272,10 +272,8 @@ class _Below(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         inputs = all_tensors(args) + all_tensors(kwargs)
-        with (
-            _own_work(),
-            contextlib.suppress(Exception),
-        ):  # before the operation: it may write into its inputs
+        # before the operation, which may write into its inputs
+        with _own_work(), contextlib.suppress(Exception):
             self.watch._written_unseen(inputs)
         out = func(*args, **kwargs)
         with _own_work():
@@ -427,10 +425,10 @@ class CallWatch(TorchFunctionMode):
         except Exception:  # noqa: BLE001 - no storage (sparse, nested)
             return None
 
-    def _seen_writes(self, outputs: list[torch.Tensor], written: list[torch.Tensor]) -> None:
+    def _seen_writes(self, outputs: list[torch.Tensor], written: list[torch.Tensor] | tuple = ()) -> None:
         """After an operation: what the storages it made (``outputs`` on a storage not known yet; one known
         is a view) and wrote into (``written``) hold, as the watch saw them."""
-        for t, made in [(t, True) for t in outputs] + [(t, False) for t in written]:
+        for t, made in [(t, True) for t in outputs] + [(t, False) for t in list(written)]:
             with contextlib.suppress(Exception):  # no storage (sparse, nested), or not on the CPU
                 key = self._key(t)
                 known = self._prints.get(key)
@@ -441,10 +439,11 @@ class CallWatch(TorchFunctionMode):
         """Before an operation: mark the storages that hold other bytes than the watch last saw them hold:
         written where it does not look (another thread, numpy, ``.data``)."""
         for t in tensors if self._prints else ():
-            known = self._prints.get(self._key(t))
+            key = self._key(t)
+            known = self._prints.get(key)
             with contextlib.suppress(Exception):  # not on the CPU
                 if known is not None and not known[0].expired() and known[1] != _fingerprint(t):
-                    self._dirty.add(self._key(t))
+                    self._dirty.add(key)
 
     def _forbidden_name(self, func: Any) -> str | None:
         name = self._objects.get(id(func))
@@ -505,7 +504,7 @@ class CallWatch(TorchFunctionMode):
         rule = self.rule
         if rule is None:
             return
-        self._seen_writes(outputs, list(written))
+        self._seen_writes(outputs, written)
         held = [t for t in inputs if self._holds(t)]
         if held and name not in _ATEN_SHAPED:
             self.read = True
