@@ -527,7 +527,9 @@ def _explained(name: str, fn: Callable, error: Exception, known: bool) -> tuple[
         found = diagnose(name, fn) if known else None
         if found is None:
             return first, "", None
-        return first, found[0], AssertionError(f"{error}\nDiagnosis: {found[0]}. {found[1]}")
+        named = AssertionError(f"{error}\nDiagnosis: {found[0]}. {found[1]}")
+        named.mistake = found[0]  # what a grader records: the name this check chose, not text in the message
+        return first, found[0], named
     detail = f"{type(error).__name__}: {first}"
     if isinstance(error, RuntimeError) and not isinstance(error, NotImplementedError):
         words = explain_shape_error(error) if known else None
@@ -535,11 +537,9 @@ def _explained(name: str, fn: Callable, error: Exception, known: bool) -> tuple[
             return detail, "", None
         found = diagnose(name, fn)
         note = f"\nDiagnosis: {found[0]}. {found[1]}" if found else ""
-        return (
-            detail,
-            found[0] if found else "",
-            AssertionError(f"{name} raised RuntimeError: {error}\n{words}{note}"),
-        )
+        named = AssertionError(f"{name} raised RuntimeError: {error}\n{words}{note}")
+        named.mistake = found[0] if found else None
+        return detail, found[0] if found else "", named
     return detail, "", None
 
 

@@ -69,8 +69,13 @@ def describe_value(x: Any) -> str:
         return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')} on {x.device}"
     if isinstance(x, torch.Generator):
         return "a torch.Generator"
-    if isinstance(x, dict):
-        return "{" + ", ".join(f"{k}: {v}" for k, v in x.items()) + "}"
+    if isinstance(
+        x, dict
+    ):  # a tensor inside is described as one too, never printed (its values are hidden inputs)
+        return "{" + ", ".join(f"{k}: {describe_value(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, list | tuple) and any(isinstance(v, torch.Tensor | dict | list | tuple) for v in x):
+        inner = ", ".join(describe_value(v) for v in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
     return repr(x)
 
 

@@ -398,7 +398,11 @@ def _fail(ex: Exercise, case: Case | str | None, problem: str, trap: Trap | None
     lines.append(f"  What differs: {_cut(problem, MAX_PROBLEM)}")
     if trap is not None:
         lines.append(f"  Diagnosis: {trap.name}. {trap.hint}")
-    return AssertionError("\n".join(lines))
+    error = AssertionError("\n".join(lines))
+    error.mistake = (
+        trap.name if trap is not None else None
+    )  # what a grader records (never read from the text)
+    return error
 
 
 # Feedback says what differs on the first failing case, never more: a message of the student's own

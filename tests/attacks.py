@@ -421,3 +421,90 @@ def online_softmax_stats(Z, block_size):
     zero = Z[..., :1].sum(-1) * 0
     return (m + zero).to(Z.dtype), (l + zero).to(Z.dtype)
 """
+
+# code that finds the sandbox's request loop (in the sandbox only: the kernel has none) and wraps its
+# handler; WRAP is the body of the new handler, which may call `orig(request, namespace, timeout, channel)`
+_SANDBOX_HANDLER = r"""
+import sys as _s
+
+
+def _wrap_handler():
+    f = _s._getframe()
+    while f is not None and not (f.f_code.co_name == "serve" and "handle" in f.f_globals):
+        f = f.f_back
+    if f is None:
+        return
+    g = f.f_globals
+    orig = g["handle"]
+
+    def handle(request, namespace, timeout, channel=None):
+WRAP
+    g["handle"] = handle
+
+
+_wrap_handler()
+"""
+
+
+def sandbox_handler(body: str) -> str:
+    """Code added to a right answer's cell: the sandbox answers each request as ``body`` says."""
+    return _SANDBOX_HANDLER.replace(
+        "WRAP", "\n".join("        " + line for line in body.strip().splitlines())
+    )
+
+
+# the first answer to a call is a message's length and part of the message, and then nothing (the
+# sandbox's own alarm for the call ignored)
+HALF_ANSWER = sandbox_handler(
+    """
+import os, signal, struct, time
+if request[0] == "call":
+    os.write(channel[1], struct.pack("<Q", 100) + b"x" * 10)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    time.sleep(10**6)
+return orig(request, namespace, timeout, channel)
+"""
+)
+
+# every call answered right, each just under its own time limit (SECONDS)
+SLOW_CALLS = sandbox_handler(
+    """
+import time
+if request[0] == "call":
+    time.sleep(SECONDS)
+return orig(request, namespace, timeout, channel)
+"""
+)
+
+# answers that cost the sandbox little to send and the trusted side much to keep: the same long error text
+# (MEGABYTES) fifty times after every cell, and NOTES notes on the rules' watch
+SWOLLEN_ANSWERS = sandbox_handler(
+    """
+answer = orig(request, namespace, timeout, channel)
+if request[0] == "run":
+    answer["errors"] = ["E" * (MEGABYTES << 20)] * 50
+if request[0] == "watch changed":
+    answer["value"] = answer["review"] = ["W" * 300] * NOTES
+return answer
+"""
+)
+
+# lesson 01: a function that, in the sandbox, raises with a named mistake's words in its own message
+PLANTED_DIAGNOSIS = """
+def project(X, W_q, W_k, W_v):
+    import sys
+    if "course_runtime.sandbox" in sys.modules:
+        raise AssertionError("x\\n  Diagnosis: Q was computed with W_k. Q = X @ W_k.")
+    return X @ W_q, X @ W_k, X @ W_v
+"""
+
+# not an attack: a right softmax compiled with TorchScript, which reads the function's source as it is defined
+SCRIPTED_SOFTMAX = """
+@torch.jit.script
+def softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    m = Z.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(Z - m)
+    t = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(t > 0, t, torch.ones_like(t))
+"""

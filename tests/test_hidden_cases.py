@@ -317,6 +317,25 @@ def test_a_students_long_error_text_is_cut_so_no_page_lists_the_inputs():
     assert not any(f"{x:.4f}"[:6] in message for x in seen[-1][:20] if abs(x) > 0.01), message
 
 
+def test_inputs_held_in_a_dict_are_described_by_shape_never_printed():
+    """Lesson 10's ``head_forward`` takes its weights in a dict: a failing check printed every weight of
+    the hidden case in its "Inputs:" line (values the feedback page then listed)."""
+
+    def head_forward(params, X):  # scaled by d_model where the lesson scales by d_k
+        Q, K, V = X @ params["W_q"], X @ params["W_k"], X @ params["W_v"]
+        n = X.shape[-2]
+        S = (Q @ K.mT / math.sqrt(X.shape[-1])).masked_fill(
+            ~torch.ones(n, n, dtype=torch.bool, device=X.device).tril(), float("-inf")
+        )
+        A = torch.softmax(S, -1)
+        return A @ V @ params["W_o"], A
+
+    with pytest.raises(AssertionError) as failed:
+        check_exercise(exercises()["head_forward"], head_forward, on=["cpu"])
+    inputs = next(line for line in str(failed.value).splitlines() if "Inputs:" in line)
+    assert "tensor(" not in inputs and "W_q: (" in inputs and "float32 on cpu" in inputs, inputs
+
+
 def test_a_message_that_cannot_be_printed_is_still_a_failure():
     class Mute(Exception):
         def __str__(self):

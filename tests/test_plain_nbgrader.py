@@ -76,6 +76,8 @@ SUBMISSIONS = {
         "swapped": lambda sol: attacks.WATCH_SWAPPED,
         # torch.softmax called with torch functions switched off, by a name built from strings
         "quietoff": lambda sol: attacks.L05_QUIET_SOFTMAX,
+        # a right answer compiled with TorchScript (which reads the cell's source)
+        "scripted": lambda sol: attacks.SCRIPTED_SOFTMAX,
         "noisy": lambda sol: _noisy(
             sol,
             "    m = Z.amax(dim=dim, keepdim=True)",
@@ -175,6 +177,15 @@ def test_a_correct_answer_that_writes_to_stderr_gets_full_marks_and_a_note(grade
     # The raw write to fd 2 costs nothing either (no test cell above has a stderr output). Where its
     # text shows is up to ipykernel, which forwards fd-level writes from a thread of its own: in this
     # note, or, on a loaded machine, after the cell has ended (then with a later cell, or nowhere).
+
+
+def test_a_right_answer_compiled_with_torchscript_keeps_its_marks(graded):
+    runs, _ = graded
+    result = course.gradebook_scores(L5, PREFIX + "scripted")
+    assert result["score"] == result["max_score"] > 0, result["grades"]
+    lines = runs[L5].stderr.splitlines()
+    flagged = [line for line in lines if "Flagged for review" in line and f"{PREFIX}scripted/" in line]
+    assert flagged == [], flagged
 
 
 def test_a_long_stderr_trace_is_shortened(graded):

@@ -284,3 +284,118 @@ def test_code_that_reaches_the_watch_or_hides_work_in_its_own_operator_is_flagge
     from grader.classroom import tamper_scan
 
     assert "turns off the course's watch on torch calls (the lesson's rules)" in tamper_scan.scan([code])
+
+
+def _graded_01(template: bytes, student: str, extra: str, options: Any) -> Any:
+    """Lesson 01 with the right answer and ``extra`` added to its cell, graded through the tool."""
+    from grader.classroom.autograde import Job, grade_job
+
+    sols = solution_sources(LESSON)
+    answers = {**sols, "ex01_project": sols["ex01_project"] + "\n" + extra}
+    nb = filled(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", answers)
+    return grade_job(Job(student, LESSON, nbformat.writes(nb).encode(), template, options=options))
+
+
+@needs_seal
+def test_a_sandbox_slow_to_answer_fails_its_own_checks_before_the_notebooks_limit(gradebook):
+    """A sandbox that sends half an answer and stops, or answers every call just under its time limit,
+    made the checks outlast the notebook: the notebook's limit then struck in the lesson's own first cell,
+    and the submission was "could not be graded", blamed on the lesson. Each answer now comes whole by
+    its call's deadline, and all the checks end by half the notebook's time: the checks they cut fail,
+    saying the student's code did not finish, and the notebook is graded."""
+    import time
+
+    from grader.classroom.autograde import Options
+    from tests.test_boundary import _next_classmate_keeps_full_marks
+
+    _, template = gradebook
+    for student, extra, options, why in (
+        (
+            "half_hal",
+            attacks.HALF_ANSWER,
+            Options(timeout=5, notebook_timeout=60),
+            "the student's code did not finish within 10 s",  # a cell's limit and 5 s more
+        ),
+        (
+            "slow_sol",
+            attacks.SLOW_CALLS.replace("SECONDS", "4"),
+            Options(timeout=5, notebook_timeout=40),
+            "did not finish within the time all the checks of this notebook may take",
+        ),
+    ):
+        start = time.monotonic()
+        result = _graded_01(template, student, extra, options)
+        assert time.monotonic() - start < options.notebook_timeout - 5, student
+        assert result.error is None and result.status != "could not be graded", (student, result.error)
+        cut = [c for c in result.cells if c.score < c.points]
+        assert cut and all("did not finish" in c.message for c in cut), (student, result.cells)
+        assert any(why in c.message for c in cut), (student, [c.message for c in cut])
+    _next_classmate_keeps_full_marks(template)
+
+
+@needs_seal
+def test_what_a_sandbox_says_is_kept_short_by_the_trusted_side(gradebook):
+    """The trusted side wrote all a sandbox's answers said into its verdicts: the same 40 MB error text
+    fifty times after every cell, and two million notes on the rules' watch, made gigabytes on disk and in
+    the worker (and a flag per note). It keeps twenty of each, cut short; the right answer keeps its
+    marks and a classmate graded next keeps full marks."""
+    from grader.classroom.autograde import Options
+    from tests.test_boundary import _next_classmate_keeps_full_marks
+
+    _, template = gradebook
+    swollen = attacks.SWOLLEN_ANSWERS.replace("MEGABYTES", "4").replace("NOTES", "200_000")
+    result = _graded_01(template, "swollen_sue", swollen, Options(timeout=30))
+    assert result.error is None and result.score == result.max_score, (result.error, result.cells)
+    assert 0 < len(result.flags) <= 25, len(result.flags)
+    assert sum(len(f) for f in result.flags) < 20_000
+    _next_classmate_keeps_full_marks(template)
+
+
+@needs_seal
+def test_a_mistake_named_in_the_students_own_error_text_is_not_recorded(gradebook):
+    """A check's message holds the student's error text; the mistake a check names was read from that
+    text, so a function raising "Diagnosis: Q was computed with W_k" put that mistake in the class's
+    records. Only the checks' own name for a mistake is recorded; a real one still is."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    results = {}
+    for student, answer in (
+        ("planted_pam", attacks.PLANTED_DIAGNOSIS),
+        ("mistaken_max", solution_sources(LESSON)["ex01_project"].replace("Q = X @ W_q", "Q = X @ W_k")),
+    ):
+        nb = filled(course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", {"ex01_project": answer})
+        results[student] = grade_job(
+            Job(student, LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+        )
+    planted, mistaken = results["planted_pam"], results["mistaken_max"]
+    assert planted.error is None and planted.score < planted.max_score, planted.error
+    assert [c.diagnosis for c in planted.cells if c.diagnosis] == [], planted.cells
+    assert "Q was computed with W_k" in {c.diagnosis for c in mistaken.cells}, mistaken.cells
+
+
+@needs_seal
+def test_a_right_answer_compiled_with_torchscript_keeps_its_marks(softmax_gradebook):
+    """``torch.jit.script`` reads a function's source where IPython keeps a cell's; the sandbox did not keep
+    it, so a right softmax compiled with TorchScript was "not defined" there, lost every point and was
+    flagged (passed in the notebook, failed the independent check)."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    lesson = "05_softmax"
+    nb = filled(
+        course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb",
+        {**solution_sources(lesson), "ex05_softmax": attacks.SCRIPTED_SOFTMAX},
+    )
+    result = grade_job(
+        Job(
+            "scripted_sid",
+            lesson,
+            nbformat.writes(nb).encode(),
+            softmax_gradebook,
+            options=Options(timeout=60),
+        )
+    )
+    assert result.error is None and result.score == result.max_score, [
+        (c.grade_id, c.score, c.message) for c in result.cells
+    ]
+    assert result.flags == [], result.flags

@@ -19,7 +19,7 @@ from typing import Any
 from grader import course
 from grader.classroom import guard, kernels, lessons, servers
 from grader.classroom.context import _CONTEXT
-from grader.classroom.jobs import Options
+from grader.classroom.jobs import Options, read_regular
 
 
 def _checks_job(nb: Any) -> dict:
@@ -64,6 +64,8 @@ class _RunningChecks:
     until: float  # time.monotonic() by which they must end
     trusted_dir: Path
 
+
+RESULT_CAP = 16 << 20  # bytes of the trusted process's verdicts read back (what it writes is far less)
 
 WATCH_OFF = "the rules' watch missed a call it must see: this notebook's code may have switched it off"
 WATCH_CHANGED = "changed the rules' watch in its own process (put back for every check)"
@@ -125,10 +127,15 @@ def _start_checks(ctx: dict, job: dict) -> None:
     process with the student's code, is gone.
     """
     started = time.perf_counter()
-    trusted_dir: Path = ctx["root"] / "trusted"
-    (trusted_dir / "job.json").write_text(json.dumps(job))
-    ctx["checks_job"] = job
     opts: Options = ctx["options"]
+    # the checks may take half of what is left of the notebook's time at most, so that they end (each
+    # answer the student's code was too slow to give failed, with the reason) before the notebook's limit
+    budget = min(
+        max(30, opts.timeout * (len(ctx["lesson"].cells) + 4)), (ctx["deadline"] - time.monotonic()) / 2
+    )
+    trusted_dir: Path = ctx["root"] / "trusted"
+    (trusted_dir / "job.json").write_text(json.dumps({**job, "seconds": max(1.0, budget - 5)}))
+    ctx["checks_job"] = job
     root: Path = ctx["root"]
     box: Path = ctx.get("box", root)
     scratch = box / "scratch"
@@ -140,11 +147,10 @@ def _start_checks(ctx: dict, job: dict) -> None:
         deny_imports=("grader",),
         strict=True,
     )
-    budget = max(30, opts.timeout * (len(ctx["lesson"].cells) + 4))
     sandbox_cfg = {
         "scratch": str(scratch),
         "memory": opts.memory,
-        "cpu_seconds": budget + 30,
+        "cpu_seconds": int(budget) + 30,
         "guard": sandbox_policy,
         "cell_timeout": opts.timeout,
     }
@@ -187,10 +193,10 @@ def _await_trusted(ctx: dict, checks: _RunningChecks) -> dict | None:
     finally:
         if checks.sandbox is not None:
             checks.sandbox.kill()
-    result = checks.trusted_dir / "result.json"
-    if not result.exists():
+    try:  # the trusted process caps what it writes; a file it did not write is not read
+        return json.loads(read_regular(checks.trusted_dir / "result.json", RESULT_CAP))
+    except (OSError, ValueError):
         return None
-    return json.loads(result.read_text())
 
 
 _READABLE: list[str] = []

@@ -42,12 +42,15 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
+import linecache
 import os
 import pickle
 import re
+import select
 import signal
 import struct
 import sys
+import time
 from typing import Any
 
 MAX_MESSAGE = 256 << 20  # bytes: a bigger answer is refused by the trusted side
@@ -71,9 +74,11 @@ def send(fd: int, payload: bytes) -> None:
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int) -> bytes:
+def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes:
     chunks = []
     while n:
+        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError("the other side did not finish its message in time")
         chunk = os.read(fd, min(n, 1 << 20))
         if not chunk:
             raise EOFError("the other side closed the pipe")
@@ -82,11 +87,12 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def receive(fd: int, limit: int = MAX_MESSAGE) -> bytes:
-    (n,) = struct.unpack("<Q", _read_exact(fd, 8))
+def receive(fd: int, limit: int = MAX_MESSAGE, deadline: float | None = None) -> bytes:
+    """One message; by ``deadline`` (``time.monotonic()``), all of it, or ``TimeoutError``."""
+    (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
     if n > limit:
         raise ValueError(f"message of {n} bytes is over the limit of {limit}")
-    return _read_exact(fd, n)
+    return _read_exact(fd, n, deadline)
 
 
 # ------------------------------------------------------------------ values
@@ -168,11 +174,17 @@ _IPYTHON_CHANGES = re.compile(r"\A(?:\s|%|(?:.*\n)?[^\S\n]*(?:\.\.\.|(?:\[\w+\] 
 
 
 def compile_cell(source: str, label: str) -> Any:
-    """``compile(python_source(source))``, without IPython's transforms (0.4 ms a cell) where they change nothing."""
+    """``compile(python_source(source))``, without IPython's transforms (0.4 ms a cell) where they change nothing.
+    The source is kept where ``inspect`` looks, as IPython keeps a cell's (``torch.jit.script`` reads it)."""
+    code = None
     if source and not _IPYTHON_CHANGES.search(source):
         with contextlib.suppress(SyntaxError):
-            return compile(source, label, "exec")
-    return compile(python_source(source), label, "exec")
+            code = compile(source, label, "exec")
+    if code is None:
+        source = python_source(source)
+        code = compile(source, label, "exec")
+    linecache.cache[label] = (len(source), None, source.splitlines(True), label)
+    return code
 
 
 class CellTimeout(BaseException):

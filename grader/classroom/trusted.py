@@ -74,19 +74,11 @@ def plan(source_cells: list[dict], student_cells: list[dict]) -> list[tuple[dict
     return steps
 
 
-def diagnosis(message: str) -> str | None:
-    """The name of the known mistake a check's message names, if any."""
-    from grader.registry import exercises
-
-    if "Diagnosis: " not in message:
-        return None
-    text = message.split("Diagnosis: ", 1)[1]
-    best = None
-    for ex in exercises().values():
-        for trap in ex.traps:
-            if text.startswith(trap.name) and (best is None or len(trap.name) > len(best)):
-                best = trap.name
-    return best or text.split(". ")[0].strip()
+def diagnosis(error: BaseException) -> str | None:
+    """The name of the known mistake a check named, if any: set by the course's own checks on the error they
+    raise (``mistake``), never read from its message, which holds the student's own error text too."""
+    name = getattr(error, "mistake", None)
+    return name if isinstance(name, str) and name else None
 
 
 def _exec(source: str, label: str, namespace: dict) -> BaseException | None:
@@ -183,7 +175,8 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
             t = time.perf_counter()
             try:
                 answer = sandbox.request(("run", cells), timeout * len(cells) + 5)
-                sandbox_errors += [str(e) for e in answer.get("errors", [])]
+                said = answer.get("errors") if isinstance(answer, dict) else None
+                sandbox_errors += [str(e)[:_SAID] for e in (said if isinstance(said, list) else [])[:_KEPT]]
             except SandboxGone as e:
                 sandbox_errors.append(str(e))
             timings["sandbox"] += time.perf_counter() - t
@@ -216,12 +209,12 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
                     "passed": False,
                     "ename": type(error).__name__,
                     "message": message,
-                    "diagnosis": diagnosis(message) if isinstance(error, AssertionError) else None,
+                    "diagnosis": diagnosis(error) if isinstance(error, AssertionError) else None,
                     "hidden": _failed_line(error, label) in _hidden_lines(cell["source"]),
                 }
     return {
         "verdicts": verdicts,
-        "sandbox_errors": sandbox_errors[:50],
+        "sandbox_errors": sandbox_errors[:_KEPT],
         "sandbox_gone": sandbox.gone,
         "watch_off": _watch_switched_off(sandbox, timeout),  # first: the watch as the student's code left it
         **_watch_changed(sandbox, timeout),
@@ -234,12 +227,15 @@ def _watch_changed(sandbox: Sandbox, timeout: float) -> dict[str, list[str]]:
     and what the watch could not decide about the student's calls (for a person to look at)."""
     try:
         answer = sandbox.request(("watch changed",), timeout + 5)
-        return {key: [str(v)[:300] for v in answer.get(name) or []] for key, name in _WATCH_KEYS}
+        return {key: [str(v)[:300] for v in (answer.get(name) or [])[:_KEPT]] for key, name in _WATCH_KEYS}
     except Exception:  # noqa: BLE001 - a sandbox gone, or broken by the student: the canary says the rest
         return {}
 
 
 _WATCH_KEYS = (("watch_changed", "value"), ("watch_review", "review"))
+# what the sandbox says (its errors, the watch's notes) is the student's to make: this many at most, each cut
+# (every note becomes a flag, and all of it is written out and read back by the worker)
+_KEPT, _SAID = 20, 4000
 
 
 def _watch_switched_off(sandbox: Sandbox, timeout: float) -> bool:
@@ -290,7 +286,7 @@ def main(job_path: str, to_sandbox: int, from_sandbox: int, sandbox_pid: int) ->
     # outside the seal and its cgroup, what a sandbox's answer or a callback makes this process build (an
     # expanded tensor made whole, a reference run on huge inputs) has the notebook's cap
     guard.limit_memory(job.get("memory"), beyond_now=True)
-    sandbox = Sandbox(to_sandbox, from_sandbox, sandbox_pid)
+    sandbox = Sandbox(to_sandbox, from_sandbox, sandbox_pid, float(job.get("seconds") or "inf"))
     from grader.lessons._common import salted
 
     try:

@@ -87,7 +87,8 @@ class ApplyVerdicts(NbGraderPreprocessor):
             outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
             stop, said = ctx.get("stop"), str((verdict or {}).get("message"))  # the grader stopped it
-            if stop and (verdict is None or (not verdict["passed"] and "ended its process" in said)):
+            cut = any(w in said for w in ("ended its process", "did not finish"))  # by the grader's stop
+            if stop and (verdict is None or (not verdict["passed"] and cut)):
                 verdict = {"passed": False, "ename": stop[0], "message": "not run: " + stop[1]}
             if verdict is None:
                 if trusted is None:
