@@ -508,3 +508,15 @@ def softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     t = e.sum(dim=dim, keepdim=True)
     return e / torch.where(t > 0, t, torch.ones_like(t))
 """
+
+# answers that are not answers: a list where the trusted side asks which names the student defined, and
+# an error whose type's name is two megabytes long
+ODD_ANSWERS = sandbox_handler(
+    """
+if request[0] == "names":
+    return ["not", "a", "dict"]
+if request[0] == "call":
+    raise type("E" * 2_000_000, (Exception,), {})("no")
+return orig(request, namespace, timeout, channel)
+"""
+)

@@ -213,14 +213,14 @@ MAX_MODULE_LINES = 600
 STILL_OVER: set[str] = set()
 # the grading engine (grader/classroom/*.py) in lines, all together: may only shrink, but for a defence
 # an attack showed was missing (the last: a sandbox's every answer whole by its deadline, the checks
-# ended by half the notebook's time, what a sandbox says kept short and the cell's source kept where
-# TorchScript reads it, 18 lines; where grading is not root, folders a notebook made read-only
+# ended before the notebook's limit, what a sandbox says (errors, notes, names, answers that are not
+# answers) kept short and the cell's source kept where TorchScript reads it, 31 lines; where grading is not root, folders a notebook made read-only
 # removed with it, its processes capped in its own user namespace and its files on disk watched, 35
 # lines; the rules' watch kept as loaded in the sandbox and put back before every call, 70 lines; what
 # the watch could not follow in the sandbox flagged for review, 13 lines; the names that reach the
 # watch in the source scan, 1 line). The goal is 6,000; it holds the boundary's cgroups, cover and
 # seccomp filter, and the split into modules of at most 600 lines took 155 lines of docstrings and imports
-ENGINE_LINES = 8091
+ENGINE_LINES = 8104
 
 
 def _lines(path: Path) -> int:

@@ -894,3 +894,33 @@ def test_grading_processes_read_notebooks_without_building_the_iri_parser():
         "    print('valid, broken refused', sys.modules.get('rfc3987_syntax', 'never imported'))\n"
     )
     assert _in_a_new_python(script) == "valid, broken refused None"
+
+
+def test_an_answer_is_read_whole_by_its_deadline_or_not_at_all():
+    """The trusted side reads a sandbox's answer by a deadline: half a message, or a whole one sent once the
+    deadline has passed, is a TimeoutError (a sandbox could stall it, or keep it reading, for ever)."""
+    import time
+
+    from grader.classroom.sandbox import receive, send
+
+    r, w = os.pipe()
+    try:
+        send(w, b"a whole answer")
+        assert receive(r, deadline=time.monotonic() + 5) == b"a whole answer"
+        send(w, b"sent in time, read too late")
+        with pytest.raises(TimeoutError):
+            receive(r, deadline=time.monotonic() - 1)
+        os.read(r, 1 << 16)
+        os.write(w, (100).to_bytes(8, "little") + b"x" * 10)  # a length, and a tenth of the message
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            receive(r, deadline=start + 0.5)
+        assert time.monotonic() - start < 3
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_name_of_the_students_error_type_is_cut_short():
+    error = rebuild_error({"type": "E" * 1_000_000, "module": "__main__", "message": "no"})
+    assert len(type(error).__name__) <= 100 and str(error) == "no"

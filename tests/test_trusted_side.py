@@ -399,3 +399,18 @@ def test_a_right_answer_compiled_with_torchscript_keeps_its_marks(softmax_gradeb
         (c.grade_id, c.score, c.message) for c in result.cells
     ]
     assert result.flags == [], result.flags
+
+
+@needs_seal
+def test_answers_that_are_not_answers_fail_the_checks_and_the_notebook_is_graded(gradebook):
+    """A sandbox that answers the trusted side's question about names with a list made the trusted process
+    raise, and every check said it "could not be run outside the notebook (time limit)"; an error type with
+    a name megabytes long was written out whole. Now the checks fail (the function is not there) with
+    their own messages, and what the notebook keeps is small."""
+    from grader.classroom.autograde import Options
+
+    _, template = gradebook
+    result = _graded_01(template, "odd_olga", attacks.ODD_ANSWERS, Options(timeout=30))
+    assert result.error is None and result.status != "not verified", (result.status, result.error)
+    assert result.score < result.max_score and all("time limit" not in c.message for c in result.cells)
+    assert len(result.notebook) < 1 << 20, len(result.notebook)

@@ -113,11 +113,13 @@ class Sandbox:
             self.kill(f"the student's code sent back too much data ({e})")
             raise SandboxGone(self.gone) from None
         try:
-            return torch.load(io.BytesIO(payload), weights_only=True)
+            answer = torch.load(io.BytesIO(payload), weights_only=True)
+            said = "" if isinstance(answer, dict) else f"an answer of type {type(answer).__name__}"
         except Exception as e:  # noqa: BLE001 - an answer that is not plain data
-            return {
-                "error": {"type": "TypeError", "module": "builtins", "message": f"unreadable result: {e}"}
-            }
+            said = f"unreadable result: {e}"
+        if said:  # the student's code may send anything at all
+            return {"error": {"type": "TypeError", "module": "builtins", "message": said}}
+        return answer
 
     def _call_back(self, request: dict, callbacks: dict[str, Callable[..., Any]], graphs: dict) -> None:
         """Run the trusted function the student's code called by name (or its backward pass); answer
@@ -270,7 +272,11 @@ def _noted(value: Any, note: Any) -> Any:
 
 def rebuild_error(info: dict) -> BaseException:
     """An exception of the same type name and message as the student's."""
-    name, module, message = str(info.get("type")), str(info.get("module")), str(info.get("message"))
+    name, module, message = (
+        str(info.get("type"))[:100],
+        str(info.get("module"))[:100],
+        str(info.get("message")),
+    )
     cls = getattr(builtins, name, None) if module == "builtins" else None
     if not (isinstance(cls, type) and issubclass(cls, BaseException)):
         if module.startswith("torch"):

@@ -77,7 +77,8 @@ def send(fd: int, payload: bytes) -> None:
 def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes:
     chunks = []
     while n:
-        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and (left <= 0 or not select.select([fd], [], [], left)[0]):
             raise TimeoutError("the other side did not finish its message in time")
         chunk = os.read(fd, min(n, 1 << 20))
         if not chunk:

@@ -152,11 +152,11 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
 
     def sync_names() -> None:
         try:
-            kinds = sandbox.request(("names", names), timeout + 5).get("names", {})
+            kinds = sandbox.request(("names", names), timeout + 5).get("names")
         except SandboxGone:
             kinds = {n: "callable" for n in names}  # calls will fail with the reason
         for name in names:
-            kind = kinds.get(name, "missing")
+            kind = kinds.get(name, "missing") if isinstance(kinds, dict) else "missing"
             if kind == "callable":
                 namespace[name] = Proxy(sandbox, name, timeout)
             elif kind == "missing":
@@ -176,7 +176,8 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
             try:
                 answer = sandbox.request(("run", cells), timeout * len(cells) + 5)
                 said = answer.get("errors") if isinstance(answer, dict) else None
-                sandbox_errors += [str(e)[:_SAID] for e in (said if isinstance(said, list) else [])[:_KEPT]]
+                said = [e for e in (said if isinstance(said, list) else [])[:_KEPT] if isinstance(e, str)]
+                sandbox_errors += [e[:_SAID] for e in said]
             except SandboxGone as e:
                 sandbox_errors.append(str(e))
             timings["sandbox"] += time.perf_counter() - t
@@ -207,7 +208,7 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
                 message = _message(error)
                 verdicts[cell["grade_id"]] = {
                     "passed": False,
-                    "ename": type(error).__name__,
+                    "ename": type(error).__name__[:100],
                     "message": message,
                     "diagnosis": diagnosis(error) if isinstance(error, AssertionError) else None,
                     "hidden": _failed_line(error, label) in _hidden_lines(cell["source"]),

@@ -87,9 +87,10 @@ class ApplyVerdicts(NbGraderPreprocessor):
             outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
             stop, said = ctx.get("stop"), str((verdict or {}).get("message"))  # the grader stopped it
-            cut = any(w in said for w in ("ended its process", "did not finish"))  # by the grader's stop
+            # a check cut short by the grader's stop: its process ended, or all the checks' time ran out
+            cut = any(w in said for w in ("ended its process", "all the checks of this notebook"))
             if stop and (verdict is None or (not verdict["passed"] and cut)):
-                verdict = {"passed": False, "ename": stop[0], "message": "not run: " + stop[1]}
+                verdict = dict(passed=False, ename=stop[0], message="not run: " + stop[1], stopped=True)
             if verdict is None:
                 if trusted is None:
                     reason = "this check could not be run outside the notebook (time limit)"
@@ -132,7 +133,7 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 cell.outputs = kept
             else:
                 if kernel_passed and verdict.get("ename") != "NotVerified" and not verdict.get("hidden"):
-                    if "did not finish" in result.message or "ended its process" in result.message:
+                    if verdict.get("stopped") or any(w in result.message for w in _COULD_NOT_FINISH):
                         ctx["notes"].append(
                             f"{gid}: passed in the notebook, but the check outside it could not finish"
                         )
@@ -142,6 +143,8 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 cell.outputs = kept + [_error_output(ename, result.message or ename)]
             ctx["cells"].append(result)
 
+
+_COULD_NOT_FINISH = ("did not finish", "ended its process")
 
 ISOLATION_MARK = "\n\n---\n"  # what sets the line on how the notebook's code ran apart from the title
 

@@ -1,7 +1,7 @@
 """Escaping what students wrote, wherever the course shows it: Markdown, HTML pages, CSV, notebooks.
 
-Everything a grading run reports can come from a student: a diagnosis is parsed from an error
-message their code can raise, a name or a note from the files they hand in, a notebook's outputs
+Everything a grading run reports can come from a student: a check's message holds the error
+text their code raised, a name or a note from the files they hand in, a notebook's outputs
 from their kernel. So:
 
 - ``md_text``: text in a Markdown report (``class_report.md``): no HTML, link, code span or table

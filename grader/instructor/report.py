@@ -16,8 +16,8 @@ Written to ``<work>/report/`` (or ``--out``):
 - ``exercises.csv``, ``misconceptions.csv``, ``submissions.csv``: the same
   numbers as tables.
 
-Names, diagnoses, flags and notes can come from what a student handed in (a diagnosis is parsed
-from an error message their code can raise): every CSV cell of text that a spreadsheet would read
+Names, messages, flags and notes can come from what a student handed in (a check's message holds
+the error text their code raised): every CSV cell of text that a spreadsheet would read
 as a formula starts with ``'``, and the Markdown report shows them as escaped text
 (``grader/instructor/escape.py``). ``SafeCsvExport`` does the same for plain ``nbgrader export``.
 """
