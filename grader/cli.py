@@ -88,12 +88,6 @@ def _parser() -> argparse.ArgumentParser:
         "--notebook-timeout", type=int, default=600, help="seconds per submission, all in (default 600)"
     )
     grd.add_argument(
-        "--kernels",
-        choices=("fork", "plain"),
-        default="fork",
-        help="fork kernels from a warm process (default) or start each afresh",
-    )
-    grd.add_argument(
         "--executor",
         choices=("local", "dask"),
         default="local",
@@ -200,7 +194,6 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.timeout or _default_timeout(),
             memory=args.memory or None,
             notebook_timeout=args.notebook_timeout,
-            kernels=args.kernels,
         )
         from grader.classroom import seal
 

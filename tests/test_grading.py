@@ -80,3 +80,21 @@ def test_bad_result_gets_zero_and_a_message_without_stopping_grading(built_cours
     # a second student graded after it still gets full marks
     submit(filled(built_course / lesson / f"{lesson}.ipynb", solution_sources(lesson)), lesson, "after_bad")
     assert course.autograde(lesson, "after_bad")["score"] == 7
+
+
+def test_the_readmes_nbgrader_validate_of_a_source_passes(tmp_path):
+    """``nbgrader validate solutions/...`` as the README has instructors run it (the course's
+    nbgrader_config.py loaded): the instructor's source passes its hidden tests, which import grader."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    course.ensure_tools_on_path()
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    source = "solutions/01_projection/01_projection.ipynb"
+    done = subprocess.run(
+        [str(nbgrader), "validate", source], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert "Success! Your notebook passes all the tests." in done.stdout, (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )

@@ -154,7 +154,16 @@ def _run(
     return nb
 
 
-LAUNCHES = ["fork", "bwrap"]
+LAUNCHES = ["fork"]  # every grading kernel is forked by the fork server, in its boundary
+
+
+def test_no_grading_kernel_starts_outside_a_fork_server(kernel_settings, tmp_path):
+    """A kernel set to be sealed or guarded, with no fork server to fork it, is never started some
+    other way (bubblewrap alone gave a root kernel every capability): the notebook stops with why."""
+    for settings in (kernel_settings, kernels.KernelSettings(sealed=False, guard={"deny": ["/x"]})):
+        kernels.SETTINGS = settings
+        with pytest.raises(RuntimeError, match="forked from its fork server"):
+            _run(["print('ran')"], tmp_path, settings, None)
 
 
 @pytest.fixture

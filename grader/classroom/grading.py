@@ -316,7 +316,7 @@ def _fingerprint(lesson_id: str, lesson_digest: str, options: Options) -> str:
             versions.append(importlib.metadata.version(dist))
         except importlib.metadata.PackageNotFoundError:
             versions.append("missing")
-    settings = (options.timeout, options.memory, options.kernels, options.notebook_timeout)
+    settings = (options.timeout, options.memory, options.notebook_timeout)
     for part in (
         lesson_id,
         lesson_digest,

@@ -23,7 +23,6 @@ class Options:
     timeout: int = 60  # seconds per cell
     memory: int | None = 4 << 30  # bytes per notebook: what its code adds to the kernel, and to the sandbox
     notebook_timeout: int = 600  # seconds per submission, all in
-    kernels: str = "fork"  # "fork" (from the fork server) or "plain" (a new process each)
     protect: list[str] = field(default_factory=list)  # paths no student code may touch (work folder, sources)
     threads: int = 1  # torch threads per notebook
 

@@ -1,13 +1,14 @@
-"""How a student's kernel is started: sealed in bubblewrap, forked from the fork server, capped and guarded.
+"""How a student's kernel is started while a notebook is graded: forked from the fork server, in its boundary.
 
 nbclient asks its kernel manager to launch ``python -m ipykernel_launcher -f
-<connection file>``. ``GuardedKernelManager`` launches the same kernel but
-(a) inside the seal (``grader.classroom.seal``) when bubblewrap works here:
-the kernel then talks over IPC sockets in a folder bound into the seal, as it
-has no network; (b) forked from the worker's fork server when there is one, so
-torch is already imported (a sealed fork server when sealed); (c) in every case
-with the memory cap and the guard's audit hook in place before any student
-code runs, and an environment that does not point at the course's work folder.
+<connection file>``. While a notebook is graded, ``GuardedKernelManager`` has the
+worker's fork server fork that kernel instead (torch already imported): the sealed
+fork server where bubblewrap works, so the kernel starts in a boundary of its own
+(``grader.classroom.boundary``) and talks over IPC sockets in a folder bound into
+the seal, as it has no network; in every case with the memory cap and the guard's
+audit hook in place before any student code runs, and an environment that does not
+point at the course's work folder. No other kernel grades: outside a grading run
+(``nbgrader validate`` of an instructor's source) the kernel starts as Jupyter starts it.
 
 Plain ``nbgrader autograde`` (and the formgrader's Autograde button) uses the
 same manager through the course's ``nbgrader_config.py``, with the same fork
@@ -17,11 +18,8 @@ the sealed kernel works in a copy of the autograded folder inside the seal.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import stat
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,7 +33,6 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import DottedObjectName, Type, default
 
-from grader.classroom import seal
 from grader.classroom.servers import kernel_env
 from grader.classroom.trees import remove_tree
 
@@ -44,7 +41,7 @@ from grader.classroom.trees import remove_tree
 class KernelSettings:
     """What the next kernel of this worker gets (set by the job before nbgrader runs)."""
 
-    fork_server: Any = None  # a grader.classroom.fork_client.ForkServer, or None for plain subprocess kernels
+    fork_server: Any = None  # a grader.classroom.fork_client.ForkServer; None when not grading
     memory: int | None = None
     guard: dict = field(default_factory=dict)
     log: str | None = None
@@ -52,7 +49,7 @@ class KernelSettings:
     handles: list[Any] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # extra environment (private TMPDIR, IPYTHONDIR)
     threads: int = 1  # torch threads per kernel (several kernels share the machine)
-    sealed: bool | None = None  # None: seal whenever seal.available() says it can
+    sealed: bool = False  # forked from the sealed fork server (set by the notebook's lifecycle)
     area: str | None = None  # a writable folder the seal shows, for connection files and IPC sockets
     cwd: str | None = None  # where the kernel works, if not nbclient's folder (plain nbgrader's sealed copy)
 
@@ -65,26 +62,10 @@ def kill_all() -> None:
 
     Never by a bare process id that may have been given to another process since (Linux reuses
     them, after 32,768 on many machines): a forked kernel is killed through its pidfd (its fork
-    server then ends its process group), a sealed one through its fork server, and a kernel this
-    process started itself only while it has not been reaped (its id still its own).
+    server then ends its process group), a sealed one through its fork server.
     """
     for handle in list(SETTINGS.handles):
         handle.kill()
-
-
-class _OwnKernel:
-    """A kernel process started here (``subprocess.Popen``): killed, with its process group, only while
-    it is ours to reap (a process not waited for keeps its id)."""
-
-    def __init__(self, process: Any):
-        self.process = process
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except OSError:
-                self.process.kill()
 
 
 def _ipykernel_args(cmd: list[str]) -> list[str] | None:
@@ -194,7 +175,7 @@ class GuardedKernelClient(AsyncKernelClient):
 
 
 class GuardedKernelManager(AsyncKernelManager):
-    """An AsyncKernelManager whose kernels are sealed, capped, guarded and (when possible) forked."""
+    """An AsyncKernelManager whose grading kernels are forked by the fork server: sealed, capped, guarded."""
 
     # both: AsyncKernelManager's own client_factory default does not follow client_class
     client_class = DottedObjectName("grader.classroom.kernels.GuardedKernelClient")
@@ -203,13 +184,8 @@ class GuardedKernelManager(AsyncKernelManager):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._sealed_dir: str | None = None
-        self._own_area: str | None = None
-        sealed = seal.available()[0] if SETTINGS.sealed is None else SETTINGS.sealed
-        if sealed:  # inside the seal
-            area = SETTINGS.area
-            if area is None or not os.path.isdir(area):
-                area = self._own_area = tempfile.mkdtemp(prefix="sealed-kernel-", dir=seal.short_tmp())
-            self._sealed_dir = tempfile.mkdtemp(prefix="kernel-", dir=area)
+        if SETTINGS.sealed:  # forked inside the seal: its connection file and sockets in the area it shows
+            self._sealed_dir = tempfile.mkdtemp(prefix="kernel-", dir=SETTINGS.area)
             # no network in the seal: the kernel's sockets are files in a folder it can see
             self.transport = "ipc"
             self.ip = os.path.join(self._sealed_dir, "ipc")
@@ -222,9 +198,8 @@ class GuardedKernelManager(AsyncKernelManager):
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
         if not restart:
-            for folder in (self._own_area, self._sealed_dir):
-                if folder:
-                    remove_tree(folder)
+            if self._sealed_dir:
+                remove_tree(self._sealed_dir)
 
     cleanup_resources = _async_cleanup_resources
 
@@ -254,55 +229,39 @@ class GuardedKernelManager(AsyncKernelManager):
         await super()._async_wait(min(pollinterval, 0.01))
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
-        args = _ipykernel_args(kernel_cmd)
         settings = SETTINGS
+        if settings.fork_server is None:
+            if self.sealed or settings.guard:  # every kernel that grades has a boundary: the fork server's
+                raise RuntimeError("a grading kernel is forked from its fork server, and none is set")
+            await super()._async_launch_kernel(kernel_cmd, **kw)  # not grading (``nbgrader validate``)
+            return
+        args = _ipykernel_args(kernel_cmd)
+        if args is None:
+            raise RuntimeError(f"notebooks are graded with the IPython kernel only, not {kernel_cmd[:3]}")
+        if self.sealed != bool(getattr(settings.fork_server, "sealed", False)):
+            raise RuntimeError("a sealed kernel needs a sealed fork server (and a plain one a plain one)")
         env = kernel_env(kw.get("env"))
         env.update(settings.env)
         cwd = settings.cwd or os.path.realpath(str(kw.get("cwd") or os.getcwd()))
-        if args is not None and settings.fork_server is not None:
-            if self.sealed != bool(getattr(settings.fork_server, "sealed", False)):
-                raise RuntimeError("a sealed kernel needs a sealed fork server (and a plain one a plain one)")
-            process = settings.fork_server.fork(
-                "kernel",
-                argv=args,
-                cwd=cwd,
-                env=env,
-                memory=settings.memory,
-                guard=settings.guard,
-                log=settings.log,
-                threads=settings.threads,
-                # sealed: what the notebook's boundary hands to its unprivileged user
-                writable=[cwd, self._sealed_dir, env.get("TMPDIR")] if self.sealed else [],
-            )
-            prov = self.provisioner
-            assert prov is not None
-            prov.process = process
-            prov.pid = process.pid
-            prov.cwd = kw.get("cwd")
-            # signals go to the process itself (its pidfd, or in the seal through the fork server), never to
-            # a group by number: the fork server ends the kernel's process group when the kernel ends
-            prov.pgid = None
-            settings.handles.append(process)
-            self._reconcile_connection_info(prov.connection_info)
-            return
-        if settings.threads:
-            env.setdefault("OMP_NUM_THREADS", str(settings.threads))
-            env.setdefault("MKL_NUM_THREADS", str(settings.threads))
-        if args is not None:
-            spec = json.dumps({"memory": settings.memory, "guard": settings.guard})
-            package = seal.RUNTIME_PACKAGE if self.sealed else "grader.classroom"
-            kernel_cmd = [sys.executable, "-m", f"{package}.kernel_launcher", spec, *args]
-        if self.sealed:
-            writable = [cwd, self._sealed_dir]
-            tmp = env.get("TMPDIR")
-            if tmp and os.path.isdir(tmp):
-                writable.append(tmp)
-            else:
-                env["TMPDIR"] = "/tmp"  # the seal's private /tmp
-            kernel_cmd = seal.command(kernel_cmd, writable=writable, cwd=cwd, env=env)
-            env = seal.sealed_env(env)
-        kw["env"] = env
-        await super()._async_launch_kernel(kernel_cmd, **kw)
+        process = settings.fork_server.fork(
+            "kernel",
+            argv=args,
+            cwd=cwd,
+            env=env,
+            memory=settings.memory,
+            guard=settings.guard,
+            log=settings.log,
+            threads=settings.threads,
+            # sealed: what the notebook's boundary hands to its unprivileged user
+            writable=[cwd, self._sealed_dir, env.get("TMPDIR")] if self.sealed else [],
+        )
         prov = self.provisioner
-        if prov is not None and getattr(prov, "process", None) is not None:
-            settings.handles.append(_OwnKernel(prov.process))
+        assert prov is not None
+        prov.process = process
+        prov.pid = process.pid
+        prov.cwd = kw.get("cwd")
+        # signals go to the process itself (its pidfd, or in the seal through the fork server), never to
+        # a group by number: the fork server ends the kernel's process group when the kernel ends
+        prov.pgid = None
+        settings.handles.append(process)
+        self._reconcile_connection_info(prov.connection_info)

@@ -165,9 +165,8 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
     """How this notebook's kernel is started: its seal, guard, memory cap and private temp folder."""
     box = _open_box(root, autograded_dir)
     sealed = box != root
-    fork = opts.kernels == "fork"
     workdir = None
-    if sealed and fork and not _CONTEXT.get("job"):
+    if sealed and not _CONTEXT.get("job"):
         # plain nbgrader's autograded folder is not in the sealed fork server's view: the kernel works
         # in a copy of it inside the box (links copied as links, so none leads out of the seal)
         workdir = box / "autograded"
@@ -177,11 +176,10 @@ def _configure_kernels(root: Path, autograded_dir: Path, deny: list[str], opts: 
         write_only_in=[str(workdir or autograded_dir), str(box / "tmp"), os.devnull],
         deny_imports=("grader",),
     )
-    if fork:
-        kernels.SETTINGS.fork_server = servers.sealed() if sealed else servers.plain()
-        # what the lesson's cells import, loaded once in each server that forks a process to run them
-        for server in (kernels.SETTINGS.fork_server, servers.plain()):
-            server.preload(list(_CONTEXT["lesson"].imports))
+    kernels.SETTINGS.fork_server = servers.sealed() if sealed else servers.plain()
+    # what the lesson's cells import, loaded once in each server that forks a process to run them
+    for server in (kernels.SETTINGS.fork_server, servers.plain()):
+        server.preload(list(_CONTEXT["lesson"].imports))
     kernels.SETTINGS.cwd = str(workdir) if workdir else None
     kernels.SETTINGS.sealed = sealed
     kernels.SETTINGS.area = str(box / "ipc") if sealed else None
