@@ -844,3 +844,77 @@ def test_honest_answers_that_write_in_place_pass_with_nothing_to_review(name, so
             value = fn(*case.args, **case.kwargs)
         assert (seen.verdict(value), seen.review) == (None, None), case.label
     grader.check(name, fn)
+
+
+# honest answers once failed by their shapes alone: the running max stacked with a block's max, or put
+# beside a block's entries or scores (a size of block_size + 1); a block taken by an index tensor or index_select
+STACKED_MAX_STATS = """
+def online_softmax_stats(Z, block_size):
+    m = torch.full(Z.shape[:-1], float("-inf"), dtype=Z.dtype, device=Z.device)
+    l = torch.zeros(Z.shape[:-1], dtype=Z.dtype, device=Z.device)
+    for s in range(0, Z.shape[-1], block_size):
+        b = Z[..., s:s + block_size]
+        mn = torch.stack([m, b.amax(-1)]).amax(0)
+        l = l * torch.exp(m - mn) + torch.exp(b - mn[..., None]).sum(-1)
+        m = mn
+    return m, l
+"""
+MAX_BESIDE_BLOCK_STATS = STACKED_MAX_STATS.replace(
+    "torch.stack([m, b.amax(-1)]).amax(0)", "torch.cat([m.unsqueeze(-1), b], dim=-1).amax(dim=-1)"
+)
+MAX_BESIDE_SCORES_TILED = """
+def tiled_attention(Q, K, V, block_size, causal=False):
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    m = torch.full((*Q.shape[:-1], 1), float("-inf"), dtype=Q.dtype, device=Q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*Q.shape[:-1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    rows = torch.arange(T_q, device=Q.device)[:, None]
+    for s in range(0, T_k, block_size):
+        Kb, Vb = K[..., s:s + block_size, :], V[..., s:s + block_size, :]
+        S = Q @ Kb.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        if causal:
+            S = S.masked_fill(torch.arange(s, s + Kb.shape[-2], device=Q.device)[None, :] > rows, float("-inf"))
+        mn = torch.cat([m, S], dim=-1).amax(dim=-1, keepdim=True)
+        a = torch.exp(m - mn)
+        P = torch.exp(S - mn)
+        l = a * l + P.sum(-1, keepdim=True)
+        acc = a * acc + P @ Vb
+        m = mn
+    return acc / l
+"""
+INDEXED_BLOCKS_STATS = """
+def online_softmax_stats(Z, block_size):
+    N = Z.shape[-1]
+    m = torch.full(Z.shape[:-1], float("-inf"), dtype=Z.dtype, device=Z.device)
+    l = torch.zeros(Z.shape[:-1], dtype=Z.dtype, device=Z.device)
+    for s in range(0, N, block_size):
+        idx = torch.arange(s, min(s + block_size, N), device=Z.device)
+        b = Z[..., idx]
+        mn = torch.maximum(m, b.amax(-1))
+        l = l * torch.exp(m - mn) + torch.exp(b - mn[..., None]).sum(-1)
+        m = mn
+    return m, l
+"""
+INDEX_SELECT_STATS = INDEXED_BLOCKS_STATS.replace("Z[..., idx]", "Z.index_select(-1, idx)")
+
+
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("online_softmax_stats", STACKED_MAX_STATS),
+        ("online_softmax_stats", MAX_BESIDE_BLOCK_STATS),
+        ("tiled_attention", MAX_BESIDE_SCORES_TILED),
+        ("online_softmax_stats", INDEXED_BLOCKS_STATS),
+        ("online_softmax_stats", INDEX_SELECT_STATS),
+    ],
+    ids=[
+        "running max stacked",
+        "running max beside a block",
+        "running max beside scores",
+        "index",
+        "index_select",
+    ],
+)
+def test_a_running_statistic_beside_a_block_and_indexed_blocks_pass(name, source):
+    """Right answers that respect the rule as the lesson states it: every hidden case passes."""
+    grader.check(name, wrong_versions.answer_function(source, name))
