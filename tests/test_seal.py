@@ -154,9 +154,6 @@ def _run(
     return nb
 
 
-LAUNCHES = ["fork"]  # every grading kernel is forked by the fork server, in its boundary
-
-
 def test_no_grading_kernel_starts_outside_a_fork_server(kernel_settings, tmp_path):
     """A kernel set to be sealed or guarded, with no fork server to fork it, is never started some
     other way (bubblewrap alone gave a root kernel every capability): the notebook stops with why."""
@@ -212,9 +209,8 @@ print(json.dumps({"alive": alive, "same": {name: getattr(servers, name)._proc.pi
 
 
 @needs_seal
-@pytest.mark.parametrize("launch", LAUNCHES)
 def test_a_grading_kernel_loses_nothing_its_first_cell_writes(
-    launch, course_like, kernel_settings, sealed_fork_server
+    course_like, kernel_settings, sealed_fork_server
 ):
     """The grading kernels' client stops waiting as soon as the kernel has answered (no fixed
     0.2 s of silence on IOPub): what the first cells write at once all reaches the notebook."""
@@ -224,7 +220,7 @@ def test_a_grading_kernel_loses_nothing_its_first_cell_writes(
         "import sys\nfor i in range(300):\n    print(i)\nprint('to stderr', file=sys.stderr)",
         "print('second')",
     ]
-    fork_server = sealed_fork_server if launch == "fork" else None
+    fork_server = sealed_fork_server
     nb = _run(cells, mine, kernel_settings, fork_server)
     streams = [o for o in nb.cells[0].outputs if o.output_type == "stream"]
     assert "".join(o.text for o in streams if o.name == "stdout").split() == [str(i) for i in range(300)]
@@ -233,9 +229,8 @@ def test_a_grading_kernel_loses_nothing_its_first_cell_writes(
 
 
 @needs_seal
-@pytest.mark.parametrize("launch", LAUNCHES)
 def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
-    launch, course_like, listener, kernel_settings, sealed_fork_server, grading_forkserver
+    course_like, listener, kernel_settings, sealed_fork_server, grading_forkserver
 ):
     work, mine = course_like
     home = Path.home()
@@ -255,12 +250,12 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
         "workers' forkserver folder": os.path.dirname(forkserver),
     }
     port = listener.getsockname()[1]
-    fork_server = sealed_fork_server if launch == "fork" else None
+    fork_server = sealed_fork_server
     nb = _run([_probe_cell(paths, port)], mine, kernel_settings, fork_server)
     seen = _seen(nb)
     for name in ("grader", "solutions", "gradebook", "other submission", "workers' forkserver"):
         assert seen[name] == "absent", f"{name} is visible in the seal: {seen[name]}"
-    # one bwrap per kernel shows the notebook's own folder, and so the names of the folders above it
+    # a kernel's own folder, and so the names of the folders above it, may show in the seal
     assert seen["work folder"] in ("absent", ["autograded"]), seen["work folder"]
     # the forkserver that grading workers come from forks anything it is asked to, unsealed
     assert seen["workers' forkserver folder"] in ("absent", []), seen["workers' forkserver folder"]
@@ -273,10 +268,7 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
 
 
 @needs_seal
-@pytest.mark.parametrize("launch", LAUNCHES)
-def test_background_process_does_not_outlive_the_notebook(
-    launch, course_like, kernel_settings, sealed_fork_server
-):
+def test_background_process_does_not_outlive_the_notebook(course_like, kernel_settings, sealed_fork_server):
     _, mine = course_like
     marker = f"{600 + int(time.time() * 1000) % 1000}.{os.getpid() % 1000}"  # a sleep nobody else runs
     start = (
@@ -286,12 +278,11 @@ def test_background_process_does_not_outlive_the_notebook(
         "time.sleep(0.2)\n"
         "print('running' if p.poll() is None else 'not running')"
     )
-    fork_server = sealed_fork_server if launch == "fork" else None
+    fork_server = sealed_fork_server
     try:
         nb = _run([start], mine, kernel_settings, fork_server)
         assert "'running" in str(nb.cells[0].outputs), nb.cells[0].outputs
-        if fork_server is not None:
-            fork_server.reset()  # what a job does when its notebook ends (lifecycle._kill_kernels)
+        fork_server.reset()  # what a job does when its notebook ends (lifecycle._kill_kernels)
         deadline = time.monotonic() + 5
         while _alive(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -371,9 +362,8 @@ def test_the_stand_in_outlives_the_process_that_made_it_and_is_made_again_when_m
 
 
 @needs_seal
-@pytest.mark.parametrize("launch", LAUNCHES)
 def test_sealed_kernel_shows_the_explorers_as_graded_and_none_of_their_internals(
-    launch, course_like, kernel_settings, sealed_fork_server, monkeypatch
+    course_like, kernel_settings, sealed_fork_server, monkeypatch
 ):
     _, mine = course_like
     shown = _explorers_as_graded(monkeypatch)
@@ -395,7 +385,7 @@ except ImportError as e:
     seen["from import"] = type(e).__name__
 print("SEEN " + json.dumps(seen))
 """
-    fork_server = sealed_fork_server if launch == "fork" else None
+    fork_server = sealed_fork_server
     nb = _run([*cells, probe], mine, kernel_settings, fork_server)
     for name, cell in zip(shown, nb.cells, strict=False):
         assert [dict(o) for o in cell.outputs] == shown[name], (name, cell.outputs)
