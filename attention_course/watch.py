@@ -480,11 +480,12 @@ class CallWatch(TorchFunctionMode):
         self._forbidden_call(called, frame)
         if self.rule is not None and self.note is None and self.rule.kind == "matrix":
             self.note = _judge(self.rule, func, [], [])
-        covered, self._covered = self._covered, self._covered or called is not None
+        covered = self._covered  # set as the watch's own, twice an operation: no check of who set it
+        object.__setattr__(self, "_covered", covered or called is not None)
         try:
             return func(*args, **kwargs)
         finally:
-            self._covered = covered
+            object.__setattr__(self, "_covered", covered)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -510,10 +511,11 @@ class CallWatch(TorchFunctionMode):
         self._seen_writes(outputs, written)
         held = [t for t in inputs if self._holds(t)]
         if held and name not in _ATEN_SHAPED:
-            self.read = True
-            self.mixed += [
+            if not self.read:
+                self.read = True
+            self.mixed.extend(
                 (name, tuple(t.shape)) for t in inputs if t.is_floating_point() and self._unseen(t)
-            ]
+            )
             mask = 0
             for t in held:
                 mask |= self._mask(t)
@@ -543,10 +545,12 @@ class CallWatch(TorchFunctionMode):
             numbers = [t for t in outputs if t.is_floating_point() or t.is_complex()]
             both = held and all(any(self._mask(t) & bit for t in held) for bit in (1, 2))  # queries, keys
             scores = tuple(tuple(t.shape) for t in held) if both else None
-            self.note = _judge(rule, func, [], numbers, _ATEN_SELECTS | _ATEN_SHAPED, scores)
+            note = _judge(rule, func, [], numbers, _ATEN_SELECTS | _ATEN_SHAPED, scores)
         else:
             seen = held + [t for t in inputs if t.is_floating_point() and tuple(t.shape) in self._shapes]
-            self.note = _judge(rule, func, seen, outputs, _ATEN_SELECTS | _ATEN_SHAPED)
+            note = _judge(rule, func, seen, outputs, _ATEN_SELECTS | _ATEN_SHAPED)
+        if note is not None:
+            self.note = note
 
     def _failed(self, name: str, error: Exception) -> None:
         """The watch could not judge an operation (nested or sparse tensors, ...): the rule fails, else a
@@ -569,7 +573,7 @@ class CallWatch(TorchFunctionMode):
             return
         name = _name(func)
         mine = [t for t in inputs if (isinstance(t, Watched) and t._rule is not None) or self._holds(t)]
-        if mine and (outputs or name in _CONVERSIONS) and name not in _METADATA:
+        if mine and (outputs or name in _CONVERSIONS) and name not in _METADATA and not self.read:
             self.read = True
         if name.split(".")[-1] in ("apply_", "map_", "map2_") and inputs:  # written in C++, not by aten
             self._seen_writes([], inputs[:1])
@@ -590,7 +594,9 @@ class CallWatch(TorchFunctionMode):
                     return
         if rule.kind == "matrix":
             numbers = [t for t in outputs if t.is_floating_point() or t.is_complex()]
-            self.note = _judge(rule, func, inputs, numbers)
+            note = _judge(rule, func, inputs, numbers)
+            if note is not None:
+                self.note = note
         elif name not in _SELECTS and outputs:
             for t in inputs:
                 if not isinstance(t, Watched) and t.is_floating_point() and tuple(t.shape) in self._shapes:

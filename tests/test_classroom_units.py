@@ -18,7 +18,7 @@ from grader.classroom import executors, grading, lessons, tamper_scan
 from grader.classroom.progress import Progress
 from grader.classroom.proxies import decode, rebuild_error
 from grader.classroom.sandbox import plain
-from grader.classroom.trusted import plan
+from grader.classroom.trusted import plan, up_to_last_test
 from grader.instructor import collect, feedback, report
 from tests.procs import running
 
@@ -179,6 +179,25 @@ def test_plan_runs_student_cells_in_step_with_the_lesson():
         ("t2", ["scratch"]),
         (None, ["end"]),
     ]
+
+
+def test_nothing_after_the_last_test_cell_is_run_again_outside_the_notebook():
+    """A lesson ends with demos that time the student's function on long inputs (lesson 11 times
+    tiled_attention at T = 2048). They decide no check, and the kernel runs them: the trusted side and
+    the sandbox ran them a second time, watched, which tripled the grading time of a slow honest answer."""
+    src = [
+        {"id": "setup", "kind": "context", "source": ""},
+        {"id": "t1", "kind": "test", "grade_id": "t1", "source": ""},
+        {"id": "timing", "kind": "context", "source": ""},
+        {"id": "t2", "kind": "test", "grade_id": "t2", "source": ""},
+        {"id": "demo", "kind": "context", "source": ""},
+        {"id": "explorer", "kind": "context", "source": ""},
+    ]
+    stu = [{"id": c["id"], "kind": c["kind"] if c["kind"] == "test" else "other", "source": ""} for c in src]
+    stu.insert(4, {"id": "mine", "kind": "other", "source": ""})  # the student's own, after the last test
+    steps = [(cell["id"], [c["id"] for c in batch]) for cell, batch in up_to_last_test(plan(src, stu))]
+    assert steps == [("setup", ["setup"]), ("t1", []), ("timing", ["timing"]), ("t2", [])]
+    assert up_to_last_test(plan(src[:1], stu[:1])) == []
 
 
 # IPython changes these plain-Python cells (or they are not Python): the sandbox and the trusted process
