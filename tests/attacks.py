@@ -498,6 +498,15 @@ def project(X, W_q, W_k, W_v):
     return X @ W_q, X @ W_k, X @ W_v
 """
 
+# lesson 01: a function that, in the sandbox, fails in the words the grader uses for a check it cut short
+FEIGNED_TIME_LIMIT = """
+def project(X, W_q, W_k, W_v):
+    import sys
+    if "course_runtime.sandbox" in sys.modules:
+        raise RuntimeError("the student's code did not finish within 10 s; it ended its process")
+    return X @ W_q, X @ W_k, X @ W_v
+"""
+
 # not an attack: a right softmax compiled with TorchScript, which reads the function's source as it is defined
 SCRIPTED_SOFTMAX = """
 @torch.jit.script

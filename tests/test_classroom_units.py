@@ -16,7 +16,7 @@ import pytest
 from grader import course
 from grader.classroom import executors, grading, lessons, tamper_scan
 from grader.classroom.progress import Progress
-from grader.classroom.proxies import decode, rebuild_error
+from grader.classroom.proxies import _changed_inputs, _write_back, decode, rebuild_error
 from grader.classroom.sandbox import plain
 from grader.classroom.trusted import plan, up_to_last_test
 from grader.instructor import collect, feedback, report
@@ -152,6 +152,24 @@ def test_rebuilt_errors_keep_type_and_message():
     assert type(e) is RuntimeError and str(e) == "shape mismatch"
     e = rebuild_error({"type": "StudentError", "module": "__main__", "message": "x"})
     assert type(e).__name__ == "StudentError" and isinstance(e, Exception)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device here")
+def test_an_expanded_answer_of_another_shape_is_not_made_whole_on_the_gpu():
+    """A student's function hands its arguments back after the call (to catch changes made in place).
+    One that handed back an input swapped for an expanded tensor of another shape (a few bytes through the
+    pipe) had it moved to the input's GPU, where it was made whole: 8 GiB of GPU memory, which no cap of
+    the notebook's counts. It is a change the check reports, and nothing that size is made."""
+    import torch
+
+    X = torch.zeros(4, 3, device="cuda")
+    swapped = torch.zeros(1).expand(1 << 31)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.max_memory_allocated()
+    assert "changed its argument `X` in place" in _changed_inputs("project", (X,), [swapped])
+    _write_back((X,), [swapped])
+    assert torch.cuda.max_memory_allocated() - before < 1 << 20
+    assert X.shape == (4, 3)
 
 
 def test_plan_runs_student_cells_in_step_with_the_lesson():

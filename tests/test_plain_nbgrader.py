@@ -60,6 +60,8 @@ SUBMISSIONS = {
         "swapper": lambda sol: sol + "\n" + attacks.SOCKET_SWAPPER,
         # a right answer whose cell then gives itself marks by hand in the gradebook, from Python and a shell
         "gbwriter": lambda sol: sol + "\n" + attacks.GRADEBOOK_WRITER.replace("STUDENT", PREFIX + "gbwriter"),
+        # right in the kernel; outside it, a failure in the words the grader uses for a check it cut short
+        "feigned": lambda sol: attacks.FEIGNED_TIME_LIMIT,
     },
     L5: {
         # a correct softmax that raises on its first 4-D call (the hidden checks alone make one), with
@@ -186,6 +188,17 @@ def test_a_right_answer_compiled_with_torchscript_keeps_its_marks(graded):
     lines = runs[L5].stderr.splitlines()
     flagged = [line for line in lines if "Flagged for review" in line and f"{PREFIX}scripted/" in line]
     assert flagged == [], flagged
+
+
+def test_a_failure_in_the_words_of_the_graders_time_limit_is_still_flagged(graded):
+    runs, _ = graded
+    result = course.gradebook_scores(L1, PREFIX + "feigned")
+    assert result["score"] == 0, result["grades"]
+    lines = runs[L1].stderr.splitlines()
+    flagged = [line for line in lines if "Flagged for review" in line and f"{PREFIX}feigned/" in line]
+    mark = "passed in the notebook, failed the independent check"
+    visible = ("test01_project_shapes", "test01_project_values")
+    assert {g for f in flagged if mark in f for g in visible if g in f} == set(visible), flagged
 
 
 def test_a_long_stderr_trace_is_shortened(graded):

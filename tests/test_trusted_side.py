@@ -375,6 +375,28 @@ def test_a_mistake_named_in_the_students_own_error_text_is_not_recorded(gradeboo
 
 
 @needs_seal
+def test_a_failure_in_the_words_of_the_graders_time_limit_is_still_flagged(gradebook):
+    """A check that passes in the notebook and fails outside it is flagged for review, unless the grader
+    cut it short (its time limit, its process ended). Which it was was read from the failure's message,
+    which holds the student's own error text: a function that failed outside the notebook only, in the
+    grader's words, was let off with a note. It is read from why the grader ended the sandbox."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = filled(
+        course.ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb",
+        {**solution_sources(LESSON), "ex01_project": attacks.FEIGNED_TIME_LIMIT},
+    )
+    result = grade_job(
+        Job("feigning_fay", LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=30))
+    )
+    assert result.error is None and result.score == 0, (result.error, result.cells)
+    mark = "passed in the notebook, failed the independent check"
+    flagged = {f.split(":")[0] for f in result.flags if mark in f}
+    assert flagged == {"test01_project_shapes", "test01_project_values"}, (result.flags, result.notes)
+
+
+@needs_seal
 def test_a_right_answer_compiled_with_torchscript_keeps_its_marks(softmax_gradebook):
     """``torch.jit.script`` reads a function's source where IPython keeps a cell's; the sandbox did not keep
     it, so a right softmax compiled with TorchScript was "not defined" there, lost every point and was

@@ -315,9 +315,8 @@ def _changed_inputs(name: str, args: tuple, after: Any) -> str | None:
             continue
         # a watched input (lesson 11) is compared as a plain tensor, so that comparing it reads nothing
         a = (orig.as_subclass(torch.Tensor) if type(orig) is not torch.Tensor else orig).detach()
-        b = new.detach().to(a.device)
-        same = a.shape == b.shape and a.dtype == b.dtype
-        if same and not torch.equal(a, b):
+        same = a.shape == new.shape and a.dtype == new.dtype  # first: moved, an expanded answer is made whole
+        if same and not torch.equal(a, b := new.detach().to(a.device)):
             same = a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
         if not same:
             what = f"its argument `{names[i]}`" if i < len(names) and names[i] else f"its input {i + 1}"
@@ -336,13 +335,11 @@ def _write_back(args: tuple, after: Any) -> None:
         return
     for orig, new in zip(args, after):
         if isinstance(orig, torch.Tensor) and isinstance(new, torch.Tensor) and orig.device.type != "meta":
-            try:
+            with contextlib.suppress(Exception):  # best effort only
                 if new.shape == orig.shape and new.dtype == orig.dtype:
                     orig.copy_(new.to(orig.device))
-                else:
+                elif new.device == orig.device or new.numel() <= orig.numel():  # moved, it is made whole
                     orig.data = new.to(orig.device)
-            except Exception:  # noqa: BLE001 - best effort only
-                pass
 
 
 class Proxy:

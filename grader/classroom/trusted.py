@@ -209,6 +209,7 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
                     "message": message,
                     "diagnosis": diagnosis(error) if isinstance(error, AssertionError) else None,
                     "hidden": _failed_line(error, label) in _hidden_lines(cell["source"]),
+                    "gone": sandbox.gone,  # why the sandbox was ended, in the trusted side's words (or None)
                 }
     return {
         "verdicts": verdicts,

@@ -86,9 +86,10 @@ class ApplyVerdicts(NbGraderPreprocessor):
             kernel_passed = kernel_score is not None and kernel_score >= points
             outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
-            stop, said = ctx.get("stop"), str((verdict or {}).get("message"))  # the grader stopped it
+            # why the trusted side ended the sandbox, never the failure's message: that holds the student's text
+            stop, gone = ctx.get("stop"), str((verdict or {}).get("gone") or "")
             # a check cut short by the grader's stop: its process ended, or all the checks' time ran out
-            cut = any(w in said for w in ("ended its process", "all the checks of this notebook"))
+            cut = any(w in gone for w in ("ended its process", "all the checks of this notebook"))
             if stop and (verdict is None or (not verdict["passed"] and cut)):
                 verdict = dict(passed=False, ename=stop[0], message="not run: " + stop[1], stopped=True)
             if verdict is None:
@@ -133,7 +134,7 @@ class ApplyVerdicts(NbGraderPreprocessor):
                 cell.outputs = kept
             else:
                 if kernel_passed and verdict.get("ename") != "NotVerified" and not verdict.get("hidden"):
-                    if verdict.get("stopped") or any(w in result.message for w in _COULD_NOT_FINISH):
+                    if verdict.get("stopped") or any(w in gone for w in _COULD_NOT_FINISH):
                         ctx["notes"].append(
                             f"{gid}: passed in the notebook, but the check outside it could not finish"
                         )
