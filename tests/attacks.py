@@ -489,6 +489,21 @@ return answer
 """
 )
 
+# lesson 11: the sandbox answers tiled_attention's first call on T = 48 itself, then shrinks its pipe to a
+# page and stops reading it, so the trusted side's next request, the same call causal (27 KB), is never taken
+STOPS_READING = sandbox_handler(
+    """
+import fcntl, signal, time
+answer = orig(request, namespace, timeout, channel)
+if request[0] == "call" and request[1] == "tiled_attention" and request[2][0].shape[-2] == 48:
+    fcntl.fcntl(channel[0], 1031, 4096)  # F_SETPIPE_SZ
+    g["send"](channel[1], g["dump"](answer))
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    time.sleep(10**6)
+return answer
+"""
+)
+
 # lesson 01: a function that, in the sandbox, raises with a named mistake's words in its own message
 PLANTED_DIAGNOSIS = """
 def project(X, W_q, W_k, W_v):

@@ -231,6 +231,31 @@ def test_lesson_11_rules_hold_below_torch_functions_in_the_sandbox(cost_gradeboo
 
 
 @needs_seal
+def test_a_sandbox_that_stops_reading_fails_its_own_checks_by_their_deadline(cost_gradebook):
+    """A sandbox that answered a call and then stopped reading its pipe (shrunk to a page) held the trusted
+    side's next request, larger than the pipe, until all the checks' time was over: every check of the
+    notebook then read "could not be run outside the notebook" and it was not verified. A request must
+    now be taken in whole by its call's deadline too: the checks it cuts fail, saying the student's code
+    did not finish, and the others keep their points."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    lesson = "11_cost"
+    sols = solution_sources(lesson)
+    answers = {**sols, "ex11_tiled_attention": sols["ex11_tiled_attention"] + "\n" + attacks.STOPS_READING}
+    nb = nbformat.writes(filled(course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb", answers)).encode()
+    options = Options(timeout=5, notebook_timeout=60)
+    result = grade_job(Job("stuck_stu", lesson, nb, cost_gradebook, options=options))
+    assert result.error is None and result.status != "not verified", (result.status, result.error)
+    scores = {c.grade_id: (c.score, c.points) for c in result.cells}
+    assert all(s == p for g, (s, p) in scores.items() if "online_softmax_stats" in g), scores
+    cut = [c for c in result.cells if c.score < c.points]
+    assert {c.grade_id for c in cut} == {"test11_tiled_attention_sdpa", "test11_tiled_attention_hidden"}, (
+        scores
+    )
+    assert all("did not finish within 10 s" in c.message for c in cut), [c.message for c in cut]
+
+
+@needs_seal
 def test_lesson_11_code_that_reaches_its_watch_or_writes_from_another_thread_in_the_sandbox(cost_gradebook):
     """The call's watch told there is no rule, through the dispatcher's mode stack: full marks. Whole rows
     written from another thread into the tensors the call returns: full marks, unflagged. In the sandbox

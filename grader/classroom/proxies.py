@@ -67,6 +67,7 @@ class Sandbox:
 
     def __init__(self, wfd: int, rfd: int, pid: int, seconds: float = float("inf")):
         self.wfd, self.rfd, self.pid = wfd, rfd, pid
+        os.set_blocking(wfd, False)  # a sandbox that stops reading cannot hold a request past its deadline
         # every answer must come by its request's deadline and by the end of all the checks' time
         self.until = time.monotonic() + seconds
         self.gone: str | None = None
@@ -79,7 +80,7 @@ class Sandbox:
         """Send one request and return its answer, serving the callbacks it makes meanwhile."""
         if self.gone:
             raise SandboxGone(self.gone)
-        self._send(pickle.dumps(message))
+        self._send(pickle.dumps(message), timeout)
         graphs: dict[int, tuple[list, list]] = {}  # what a callback's backward pass needs, by key
         while True:
             answer = self._receive(timeout)
@@ -87,11 +88,21 @@ class Sandbox:
                 isinstance(answer, dict) and ("callback" in answer or "backward" in answer)
             ):
                 return answer
-            self._call_back(answer, callbacks, graphs)
+            self._call_back(answer, callbacks, graphs, timeout)
 
-    def _send(self, payload: bytes) -> None:
+    def _limit(self, timeout: float) -> tuple[float, str]:
+        """When one message must have gone across, each way, and how to say it did not."""
+        left = self.until - time.monotonic()
+        late = f"{timeout:.0f} s" if timeout <= left else "the time all the checks of this notebook may take"
+        return time.monotonic() + max(0.0, min(timeout, left)), late
+
+    def _send(self, payload: bytes, timeout: float) -> None:
+        deadline, late = self._limit(timeout)
         try:
-            send(self.wfd, payload)
+            send(self.wfd, payload, deadline)
+        except TimeoutError:  # it stopped reading
+            self.kill(f"the student's code did not finish within {late}")
+            raise SandboxGone(self.gone) from None
         except (BrokenPipeError, OSError) as e:
             self.kill(f"the student's code ended its process ({type(e).__name__})")
             raise SandboxGone(self.gone) from None
@@ -99,10 +110,9 @@ class Sandbox:
     def _receive(self, timeout: float) -> Any:
         import torch
 
-        left = self.until - time.monotonic()
-        late = f"{timeout:.0f} s" if timeout <= left else "the time all the checks of this notebook may take"
+        deadline, late = self._limit(timeout)
         try:  # all of the answer by then (none, or half of one, is as late)
-            payload = receive(self.rfd, MAX_MESSAGE, time.monotonic() + max(0.0, min(timeout, left)))
+            payload = receive(self.rfd, MAX_MESSAGE, deadline)
         except TimeoutError:
             self.kill(f"the student's code did not finish within {late}")
             raise SandboxGone(self.gone) from None
@@ -121,7 +131,9 @@ class Sandbox:
             return {"error": {"type": "TypeError", "module": "builtins", "message": said}}
         return answer
 
-    def _call_back(self, request: dict, callbacks: dict[str, Callable[..., Any]], graphs: dict) -> None:
+    def _call_back(
+        self, request: dict, callbacks: dict[str, Callable[..., Any]], graphs: dict, timeout: float
+    ) -> None:
         """Run the trusted function the student's code called by name (or its backward pass); answer
         with the value as data."""
         import torch
@@ -158,7 +170,7 @@ class Sandbox:
                     reply = {"value": plain(_portable(value)), "key": key}
         except Exception as e:  # noqa: BLE001 - the error goes back as data
             reply = {"error": {"type": type(e).__name__, "message": _message(e)}}
-        self._send(pickle.dumps(reply))
+        self._send(pickle.dumps(reply), timeout)
 
     def kill(self, why: str) -> None:
         self.gone = self.gone or why

@@ -66,12 +66,15 @@ hasattr = builtins.hasattr  # noqa: A001
 # ------------------------------------------------------------------ framing
 
 
-def send(fd: int, payload: bytes) -> None:
-    data = struct.pack("<Q", len(payload)) + payload
-    view = memoryview(data)
+def send(fd: int, payload: bytes, deadline: float | None = None) -> None:
+    """One message; with ``deadline`` (``fd`` non-blocking), all of it taken by then, or ``TimeoutError``."""
+    view = memoryview(struct.pack("<Q", len(payload)) + payload)
     while view:
-        n = os.write(fd, view)
-        view = view[n:]
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and (left <= 0 or not select.select([], [fd], [], left)[1]):
+            raise TimeoutError("the other side did not take its message in time")
+        with contextlib.suppress(BlockingIOError):
+            view = view[os.write(fd, view) :]
 
 
 def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes:
