@@ -422,24 +422,43 @@ def online_softmax_stats(Z, block_size):
     return (m + zero).to(Z.dtype), (l + zero).to(Z.dtype)
 """
 
-# code that finds the sandbox's request loop (in the sandbox only: the kernel has none) and wraps its
-# handler; WRAP is the body of the new handler, which may call `orig(request, namespace, timeout, channel)`
+# code that takes over the sandbox's request loop (in the sandbox only: the kernel has none): the cell that
+# holds it never ends, and answers the rest of its request and every later one itself, each as the handler
+# whose body is WRAP says (it may call `orig(request, namespace, timeout, channel)`, the sandbox's own).
+# The loop holds its handler where Python code cannot rebind it, and puts back what such code changes in
+# its module; a process that runs the student's code can still answer as that code says
 _SANDBOX_HANDLER = r"""
 import sys as _s
 
 
 def _wrap_handler():
-    f = _s._getframe()
-    while f is not None and not (f.f_code.co_name == "serve" and "handle" in f.f_globals):
+    import os, pickle, signal
+
+    frames, f = {}, _s._getframe()
+    while f is not None:
+        frames.setdefault(f.f_code.co_name, f)
         f = f.f_back
-    if f is None:
+    if "serve" not in frames or "run_cell" not in frames:
         return
-    g = f.f_globals
-    orig = g["handle"]
+    loop, g = frames["serve"].f_locals, frames["serve"].f_globals
+    orig, namespace, timeout, channel = g["handle"], loop["namespace"], loop["timeout"], (loop["rfd"], loop["wfd"])
 
     def handle(request, namespace, timeout, channel=None):
 WRAP
-    g["handle"] = handle
+
+    cells = frames["handle"].f_locals["request"][1]
+    request = ("run", cells[[c[0] for c in cells].index(frames["run_cell"].f_locals["label"]) + 1 :])
+    signal.setitimer(signal.ITIMER_REAL, 0)  # this cell's own time limit: it now answers every request
+    while True:
+        try:
+            answer = handle(request, namespace, timeout, channel)
+        except BaseException as e:
+            answer = {"error": {"type": type(e).__name__, "module": "builtins", "message": g["_safe_str"](e)}}
+        g["send"](channel[1], g["dump"](answer))
+        try:
+            request = pickle.loads(g["receive"](channel[0]))
+        except EOFError:
+            os._exit(0)
 
 
 _wrap_handler()
@@ -544,3 +563,47 @@ if request[0] == "call":
 return orig(request, namespace, timeout, channel)
 """
 )
+
+# the sandbox's answers rewritten by the student's code: the handler swapped in the sandbox's module (it
+# hands back each call's arguments as they came, hiding what the call changed in place), and the code of
+# the function that packs each answer replaced (it says the call used no ruled-out function)
+FORGED_ANSWERS = r"""
+import sys as _s
+
+_box = _s.modules.get("course_runtime." + "sandbox") or _s.modules.get("grader.classroom." + "sandbox")
+if _box is not None and "serve" in vars(_box):
+    _orig = vars(_box)["handle"]
+
+    def _answer(request, namespace, timeout, channel=None):
+        kept = [t.clone() if hasattr(t, "clone") else t for t in request[2]] if request[0] == "call" else None
+        answer = _orig(request, namespace, timeout, channel)
+        if kept is not None:
+            answer["args"] = tuple(kept)
+        return answer
+
+    def _pack(obj):
+        import io, torch
+
+        if isinstance(obj, dict) and "called" in obj:
+            obj["called"] = []
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    vars(_box)["handle"] = _answer
+    _box.dump.__code__ = _pack.__code__
+"""
+
+# lesson 01: right results, and the caller's X emptied in place (the checks' rule: inputs stay as they were)
+EMPTIES_X = """
+def project(X, W_q, W_k, W_v):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    X.zero_()
+    return Q, K, V
+"""
+
+# lesson 05: the ruled-out torch.softmax
+RULED_OUT_SOFTMAX = """
+def softmax(Z, dim=-1):
+    return torch.softmax(Z, dim).nan_to_num(0.0)
+"""

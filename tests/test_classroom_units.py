@@ -154,6 +154,28 @@ def test_rebuilt_errors_keep_type_and_message():
     assert type(e).__name__ == "StudentError" and isinstance(e, Exception)
 
 
+def test_a_value_from_the_sandbox_comes_without_state_of_its_own_and_a_loop_is_opaque():
+    """``torch.load`` gives a tensor the attributes its answer names: one that made ``__reduce_ex__`` a number
+    could not be handed back to the student's next call, and the check fell back on the notebook's own
+    verdict ("checked in the notebook only"). A list that holds itself made the trusted side recurse until
+    it ended, and every check read "time limit". Both now come as data."""
+    import torch
+
+    t = torch.arange(3.0)
+    t.__dict__["__reduce_eX__"] = 5  # renamed in the bytes below: saving it under its own name would fail
+    buffer = io.BytesIO()
+    torch.save({"value": t}, buffer, _use_new_zipfile_serialization=False)
+    answer = buffer.getvalue().replace(b"__reduce_eX__", b"__reduce_ex__")
+    loaded = torch.load(io.BytesIO(answer), weights_only=True)["value"]
+    assert vars(loaded) == {"__reduce_ex__": 5}  # as the answer said
+    value = decode(loaded)
+    assert not vars(value) and value.tolist() == [0.0, 1.0, 2.0]
+    __import__("pickle").dumps(value)
+    loop: list = []
+    loop.append(loop)
+    assert "deeply nested value" in repr(decode(loop, "`Q` is"))
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device here")
 def test_an_expanded_answer_of_another_shape_is_not_made_whole_on_the_gpu():
     """A student's function hands its arguments back after the call (to catch changes made in place).

@@ -62,6 +62,8 @@ SUBMISSIONS = {
         "gbwriter": lambda sol: sol + "\n" + attacks.GRADEBOOK_WRITER.replace("STUDENT", PREFIX + "gbwriter"),
         # right in the kernel; outside it, a failure in the words the grader uses for a check it cut short
         "feigned": lambda sol: attacks.FEIGNED_TIME_LIMIT,
+        # an input emptied in place, behind answers the student's code rewrites in the sandbox
+        "forged": lambda sol: attacks.EMPTIES_X + attacks.FORGED_ANSWERS,
     },
     L5: {
         # a correct softmax that raises on its first 4-D call (the hidden checks alone make one), with
@@ -199,6 +201,20 @@ def test_a_failure_in_the_words_of_the_graders_time_limit_is_still_flagged(grade
     mark = "passed in the notebook, failed the independent check"
     visible = ("test01_project_shapes", "test01_project_values")
     assert {g for f in flagged if mark in f for g in visible if g in f} == set(visible), flagged
+
+
+def test_answers_rewritten_in_the_sandbox_earn_nothing_and_are_flagged(graded):
+    from grader.classroom.independent import WATCH_CHANGED
+
+    runs, _ = graded
+    result = course.gradebook_scores(L1, PREFIX + "forged")
+    assert result["grades"]["test01_project_hidden"][0] == 0, result["grades"]
+    flagged = [
+        line for line in runs[L1].stderr.splitlines() if WATCH_CHANGED in line and f"{PREFIX}forged" in line
+    ]
+    assert flagged and "sandbox.handle" in flagged[0] and "sandbox.dump" in flagged[0], runs[L1].stderr[
+        -3000:
+    ]
 
 
 def test_a_long_stderr_trace_is_shortened(graded):

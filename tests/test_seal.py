@@ -292,6 +292,26 @@ def test_background_process_does_not_outlive_the_notebook(course_like, kernel_se
             os.kill(pid, 9)
 
 
+@needs_seal
+def test_a_notebooks_processes_go_before_the_servers_when_memory_runs_out(
+    course_like, kernel_settings, sealed_fork_server
+):
+    """Out of memory machine-wide, Linux's OOM killer ends the process that scores highest. A notebook
+    that spread its memory over many small processes made the fork server every kernel comes from the
+    largest, and its end took every classmate's notebook with it: a notebook's processes, and what they
+    start, now score first (1000), the servers and workers as they were."""
+    _, mine = course_like
+    cell = (
+        "import subprocess\n"
+        "own = open('/proc/self/oom_score_adj').read().strip()\n"
+        "child = subprocess.run(['cat', '/proc/self/oom_score_adj'], capture_output=True, text=True)\n"
+        "print('scores', own, child.stdout.strip())"
+    )
+    nb = _run([cell], mine, kernel_settings, sealed_fork_server)
+    assert "scores 1000 1000" in str(nb.cells[0].outputs), nb.cells[0].outputs
+    assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"
+
+
 # ------------------------------------------------------------------ the explorers while graded
 
 

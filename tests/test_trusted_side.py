@@ -322,6 +322,48 @@ def _graded_01(template: bytes, student: str, extra: str, options: Any) -> Any:
 
 
 @needs_seal
+def test_answers_the_students_code_rewrites_in_the_sandbox_earn_nothing_and_are_flagged(
+    gradebook, softmax_gradebook
+):
+    """The sandbox runs the student's code and sends the answers the checks read: what a call changed in
+    place, which ruled-out functions it called. Code that swapped the sandbox's handler in its module, or
+    the code of the function that packs an answer, rewrote them: an input emptied in place, or a call of
+    torch.softmax, earned full marks, unflagged. The sandbox now answers with the functions it held before
+    any student code ran, put back as loaded before each answer is made: the checks fail as without the
+    rewrite, and the change is flagged."""
+    from grader.classroom.autograde import Job, Options, grade_job
+    from grader.classroom.independent import WATCH_CHANGED
+
+    _, template = gradebook
+    lesson = "05_softmax"
+    sols = solution_sources(lesson)
+    nb = filled(
+        course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb",
+        {**sols, "ex05_softmax": attacks.RULED_OUT_SOFTMAX + attacks.FORGED_ANSWERS},
+    )
+    results = [
+        _graded_01(
+            template, "emptying_emma", attacks.EMPTIES_X + attacks.FORGED_ANSWERS, Options(timeout=30)
+        ),
+        grade_job(
+            Job(
+                "ruled_rita",
+                lesson,
+                nbformat.writes(nb).encode(),
+                softmax_gradebook,
+                options=Options(timeout=30),
+            )
+        ),
+    ]
+    for result, hidden in zip(results, ("test01_project_hidden", "test05_softmax_hidden")):
+        assert result.error is None, result.error
+        scores = {c.grade_id: c.score for c in result.cells}
+        assert scores[hidden] == 0, scores
+        changed = [f for f in result.flags if f.startswith(WATCH_CHANGED)]
+        assert changed and "sandbox.handle" in changed[0] and "sandbox.dump" in changed[0], result.flags
+
+
+@needs_seal
 def test_a_sandbox_slow_to_answer_fails_its_own_checks_before_the_notebooks_limit(gradebook):
     """A sandbox that sends half an answer and stops, or answers every call just under its time limit,
     made the checks outlast the notebook: the notebook's limit then struck in the lesson's own first cell,

@@ -140,6 +140,7 @@ def _run_kernel(req: dict) -> None:
     from . import guard
 
     _enter_boundary(req)
+    guard.first_to_go()
     # capped on what the student's code adds: not the forked libraries (1 GiB, shared), nor the kernel's threads
     guard.limit_memory(req.get("memory"), beyond_now=True, final=False)
     guard.install(req["guard"])

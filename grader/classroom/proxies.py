@@ -200,16 +200,23 @@ def _opaque(name: str, said: str) -> Opaque:
     return cls()
 
 
-def decode(x: Any, said: str = "your code gave") -> Any:
-    """A value from the sandbox; what is not data becomes an ``Opaque`` that says where it came from."""
+def decode(x: Any, said: str = "your code gave", depth: int = 0) -> Any:
+    """A value from the sandbox; what is not data (or nests deeper than a sandbox sends, or holds itself)
+    becomes an ``Opaque`` that says where it came from; a tensor comes without the attributes it was sent."""
+    import torch
+
+    if depth > 40:
+        return _opaque("deeply nested value", said)
+    if isinstance(x, torch.Tensor) and vars(x):
+        return x.detach()  # the same data
     if isinstance(x, dict):
         if set(x) == {"__opaque__"}:
             return _opaque(x["__opaque__"], said)
-        return {k: decode(v, said) for k, v in x.items()}
+        return {k: decode(v, said, depth + 1) for k, v in x.items()}
     if isinstance(x, list):
-        return [decode(v, said) for v in x]
+        return [decode(v, said, depth + 1) for v in x]
     if isinstance(x, tuple):
-        return tuple(decode(v, said) for v in x)
+        return tuple(decode(v, said, depth + 1) for v in x)
     return x
 
 

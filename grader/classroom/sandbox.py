@@ -51,6 +51,7 @@ import signal
 import struct
 import sys
 import time
+import types
 from typing import Any
 
 MAX_MESSAGE = 256 << 20  # bytes: a bigger answer is refused by the trusted side
@@ -236,6 +237,7 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
     tempfile.tempdir = None
     os.environ.pop("ATTENTION_COURSE_WORK", None)
     sys.dont_write_bytecode = True
+    guard.first_to_go()
     guard.limit_memory(cfg.get("memory"), beyond_now=True)
     guard.limit_cpu(cfg.get("cpu_seconds"))
     guard.forget_modules(("grader",))
@@ -245,19 +247,23 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     namespace = new_namespace()
     _keep_watch()
+    # held here, before any student code: what that code rebinds or recodes in this module never answers
+    kept, check, code = tuple(_WATCH_AS_LOADED), _put_watch_back, _put_watch_back.__code__
+    answer_to, pack, post, take = handle, dump, send, receive
     while True:
+        check.__code__, _WATCH_AS_LOADED[:] = code, kept
+        check()  # this module and the watch as loaded (a change noted, for the trusted side to flag)
         try:
-            request = pickle.loads(receive(rfd))
+            request = pickle.loads(take(rfd))
         except EOFError:
             return
         try:
-            answer = handle(request, namespace, timeout, (rfd, wfd))
-            payload = dump(answer)
+            payload = pack(answer_to(request, namespace, timeout, (rfd, wfd)))
         except BaseException as e:  # noqa: BLE001 - the answer itself could not be made
-            payload = dump(
+            payload = pack(
                 {"error": {"type": type(e).__name__, "module": "builtins", "message": _safe_str(e)}}
             )
-        send(wfd, payload)
+        post(wfd, payload)
 
 
 def tensors(x: Any) -> list:
@@ -389,48 +395,63 @@ _WATCH_CHANGED: dict[str, tuple] = {}  # what student code changed in it, put ba
 _REVIEW: set[str] = set()  # what the watch could not decide about a call (lesson 11), for a person
 _RULED = False  # a watched input (lesson 11) has arrived: every later call is watched
 _GONE = object()
+_THIS = sys.modules[__name__]  # this module: an unsealed sandbox drops it from sys.modules with grader
 CANARY = "__course_canary__"  # the trusted side's call after the student's, which the watch must see
 
 
 def _keep_watch() -> None:
-    """Note the rules' watch (``attention_course.watch``, its classes, PyTorch's ``TorchFunctionMode``) as
-    loaded, before the student's code runs: each call puts back what that code changed in them."""
+    """Note the rules' watch (``attention_course.watch``, its classes, PyTorch's ``TorchFunctionMode``) and this
+    module, which makes the answers, as loaded, before the student's code runs: each call puts back what that
+    code changed in them, functions' code included."""
     global _WATCH
     from torch.overrides import TorchFunctionMode
 
     from attention_course import watch
 
-    _WATCH = watch
-    owners = [watch, TorchFunctionMode] + [
+    _WATCH, module = watch, _THIS
+    owners = [watch, module, TorchFunctionMode] + [
         v
         for v in vars(watch).values()
         if getattr(v, "__module__", "") == watch.__name__ and isinstance(v, type)
     ]
-    _WATCH_AS_LOADED[:] = [  # the module's own names, each class's all; containers by content
+    _WATCH_AS_LOADED[:] = [  # the modules' own names, each class's all; the watch's containers by content
         (
             o,
-            {
-                k: (v, v.copy() if k[:2] != "__" and isinstance(v, (set, dict, list)) else None)
-                for k, v in vars(o).items()
-            },
+            types.MappingProxyType(
+                {
+                    k: _as_loaded(v, o is not module)
+                    for k, v in vars(o).items()
+                    if not (k[:2] == "__" and isinstance(o, types.ModuleType)) and k != "_RULED"
+                }
+            ),
         )
         for o in owners
     ]
-    _WATCH_AS_LOADED[0] = (watch, {k: v for k, v in _WATCH_AS_LOADED[0][1].items() if k[:2] != "__"})
+
+
+def _as_loaded(value: Any, by_content: bool) -> tuple:
+    """A name's value; its content (a container of the watch's); its function (a class's static or class
+    method's), whose code and defaults can change in place, with them."""
+    f = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+    f = f if isinstance(f, types.FunctionType) else None
+    copy = value.copy() if by_content and isinstance(value, (set, dict, list)) else None
+    return value, copy, f, f and (f.__code__, f.__defaults__, f.__kwdefaults__)
 
 
 def _put_watch_back() -> None:
     for owner, kept in _WATCH_AS_LOADED:
-        now = dict(vars(owner))
-        for name in set(now) | set(kept):
-            if name not in kept and name[:2] == "__":  # added as it runs (``__warningregistry__``)
-                continue
-            value, copy = kept.get(name, (_GONE, None))
-            if now.get(name, _GONE) is value and (copy is None or value == copy):
+        now = vars(owner)
+        added = [n for n in now.keys() - kept.keys() if n[:2] != "__" and n != "_RULED"]  # not set as it runs
+        for name in added + list(kept):
+            value, copy, f, parts = kept.get(name, (_GONE, None, None, None))
+            same = f is None or (f.__code__, f.__defaults__, f.__kwdefaults__) == parts
+            if same and now.get(name, _GONE) is value and (copy is None or value == copy):
                 continue
             where = f"{getattr(owner, '__name__', owner)}.{name}"
             _WATCH_CHANGED[where] = (owner, name, now.get(name, _GONE))
             _set(owner, name, value)
+            if not same:
+                f.__code__, f.__defaults__, f.__kwdefaults__ = parts
             if copy is not None and value != copy:  # changed in place: its content as loaded again
                 value.clear()
                 value.update(copy) if not isinstance(value, list) else value.extend(copy)
@@ -480,7 +501,7 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
         return {"value": sorted(_WATCH_CHANGED), "review": sorted(_REVIEW)[:6]}
     if op == "call":
         name, args, kwargs = request[1:4]
-        _put_watch_back()
+        check, code = _put_watch_back, _put_watch_back.__code__  # as serve left them, whatever the call does
         if name == CANARY:  # the canary sees the watch as the student's code left it
             for owner, attr, value in _WATCH_CHANGED.values():
                 _set(owner, attr, value)
@@ -512,6 +533,8 @@ def handle(request: tuple, namespace: dict, timeout: float, channel: tuple[int, 
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 if seen is not None:
                     called += [n for n in seen.calls if n not in called]
+                check.__code__ = code
+                check()  # what the call changed in the watch or this module, put back before the answer is made
             answer = {"value": plain(value), "args": plain(tuple(args)), "called": list(called)}
             note = _WATCH.CallWatch.verdict(seen, value) if seen is not None else None  # not the instance's
             if seen is not None and seen.review:
