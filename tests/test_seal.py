@@ -312,6 +312,34 @@ def test_a_notebooks_processes_go_before_the_servers_when_memory_runs_out(
     assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"
 
 
+@needs_seal
+def test_a_notebook_cannot_watch_who_opens_the_files_it_shares_with_the_host(
+    course_like, kernel_settings, sealed_fork_server
+):
+    """The seal binds the course's data and the Python installation from the host, read-only. With inotify or
+    fanotify a notebook saw every process on the machine open them: when each classmate's checks read the
+    lesson's data, and what ran outside the seal. Neither can be made in a notebook now."""
+    import platform
+
+    from grader.classroom import seccomp
+
+    _, mine = course_like
+    numbers = seccomp.ARCHES[platform.machine()][1]
+    calls = ((numbers["inotify_init1"], (0,)), (numbers["fanotify_init"], (0x200, 0)))  # FAN_REPORT_FID
+    probe = (
+        "import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); "
+        "print([(libc.syscall(n, *a), errno.errorcode.get(ctypes.get_errno())) "
+        f"for n, a in {calls!r}])"
+    )
+    cell = (
+        "import subprocess, sys\n"
+        f"done = subprocess.run(['python3', '-I', '-S', '-c', {probe!r}], capture_output=True, text=True)\n"
+        "print('made:', done.stdout.strip(), done.stderr.strip()[-300:])"
+    )
+    nb = _run([cell], mine, kernel_settings, sealed_fork_server)
+    assert "made: [(-1, 'EPERM'), (-1, 'EPERM')]" in str(nb.cells[0].outputs), nb.cells[0].outputs
+
+
 # ------------------------------------------------------------------ the explorers while graded
 
 
