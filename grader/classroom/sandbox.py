@@ -393,7 +393,7 @@ _WATCH: Any = None  # attention_course.watch, kept as loaded before any student 
 _WATCH_AS_LOADED: list[tuple[Any, dict]] = []
 _WATCH_CHANGED: dict[str, tuple] = {}  # what student code changed in it, put back before every call
 _REVIEW: set[str] = set()  # what the watch could not decide about a call (lesson 11), for a person
-_RULED = False  # a watched input (lesson 11) has arrived: every later call is watched
+_RULED: list[bool] = []  # [True] once a watched input (lesson 11) has arrived: every later call is watched
 _GONE = object()
 _THIS = sys.modules[__name__]  # this module: an unsealed sandbox drops it from sys.modules with grader
 CANARY = "__course_canary__"  # the trusted side's call after the student's, which the watch must see
@@ -421,7 +421,7 @@ def _keep_watch() -> None:
                 {
                     k: _as_loaded(v, o is not module)
                     for k, v in vars(o).items()
-                    if not (k[:2] == "__" and isinstance(o, types.ModuleType)) and k != "_RULED"
+                    if not (k[:2] == "__" and isinstance(o, types.ModuleType))
                 }
             ),
         )
@@ -441,7 +441,7 @@ def _as_loaded(value: Any, by_content: bool) -> tuple:
 def _put_watch_back() -> None:
     for owner, kept in _WATCH_AS_LOADED:
         now = vars(owner)
-        added = [n for n in now.keys() - kept.keys() if n[:2] != "__" and n != "_RULED"]  # not set as it runs
+        added = [n for n in now.keys() - kept.keys() if n[:2] != "__"]  # not set as it runs (warnings)
         for name in added + list(kept):
             value, copy, f, parts = kept.get(name, (_GONE, None, None, None))
             same = f is None or (f.__code__, f.__defaults__, f.__kwdefaults__) == parts
@@ -466,9 +466,8 @@ def _set(owner: Any, name: str, value: Any) -> None:
 
 def _rewatched(x: Any) -> Any:
     """Inputs sent with a watch rule (lesson 11) as watched tensors again."""
-    global _RULED
     if isinstance(x, dict) and set(x) == {"__watched__", "rule"}:
-        _RULED, rule = True, x["rule"]
+        _RULED[:], rule = [True], x["rule"]
         return _WATCH.watched(x["__watched__"], None if rule is None else _WATCH.Rule(*rule))
     if isinstance(x, tuple):
         return tuple(_rewatched(v) for v in x)
