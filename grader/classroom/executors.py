@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -39,6 +40,57 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+# beside its notebooks' kernels and checks' processes, a local run needs its servers and coordinator, and each
+# worker with its checks' trusted process (holding the checks' answers, 256 MiB at most each); and the least
+# a cap is lowered to (lesson 11's solution needs 0.5 GiB in its kernel or its checks' process)
+RUN_RESERVE, WORKER_RESERVE, MEMORY_FLOOR = 768 << 20, 512 << 20, 1 << 30
+
+
+def fit_memory(workers: int, memory: int | None, free: int | None) -> tuple[int, int | None, str]:
+    """Workers and a memory cap per notebook process whose sum the machine holds (``free`` bytes, from
+    ``available_memory``): out of memory, Linux kills the largest process, which can be a
+    classmate's kernel. The cap is lowered first, down to ``MEMORY_FLOOR``, then workers go; returns
+    them, the cap and a sentence on what changed ("" if nothing)."""
+
+    def cap(n: int) -> int:  # each of n notebooks has a kernel and a checks' process
+        return (free - RUN_RESERVE - n * WORKER_RESERVE) // (2 * n) if free is not None else 1 << 62
+
+    if memory is None or cap(workers) >= memory:
+        return workers, memory, ""
+    fewer = workers
+    while fewer > 1 and cap(fewer) < MEMORY_FLOOR:
+        fewer -= 1
+    # in steps of 256 MiB, so that the lesson's proof (it holds for a cap) holds for the next run too
+    lowered, gib = max(cap(fewer) >> 28 << 28, 1 << 28), 1 << 30
+    note = f"Memory: {free / gib:.1f} GiB free, so {fewer} worker{'s' * (fewer > 1)}"
+    note += f" (not {workers})" * (fewer < workers)
+    note += f" and a cap of {lowered / gib:.2f} GiB per notebook process (not {memory / gib:.2f})"
+    note += "; below 1 GiB a notebook may run out where it would not elsewhere" * (cap(fewer) < MEMORY_FLOOR)
+    return fewer, lowered, note + "."
+
+
+def available_memory() -> int | None:
+    """The bytes a grading run may still take here: what the machine has available, or less where a
+    memory cgroup this process is in (a container's, or one above it) is nearer its limit, counting the
+    page cache it could drop as free. None where Linux does not say."""
+    try:
+        free = int(re.search(r"^MemAvailable:\s*(\d+) kB", open("/proc/meminfo").read(), re.M)[1]) << 10
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except (OSError, TypeError):
+        return None
+    for _, controllers, path in (line.split(":", 2) for line in lines):
+        v1 = "memory" in controllers.split(",")  # else v2's one hierarchy, or another v1 controller's
+        names = ("limit_in_bytes", "usage_in_bytes", "total_") if v1 else ("max", "current", "")
+        parts = path.strip("/").split("/")
+        for i in range(len(parts) + 1 if v1 or not controllers else 0):  # this cgroup and those above
+            folder = "/".join([f"/sys/fs/cgroup/{controllers}" if v1 else "/sys/fs/cgroup", *parts[:i]])
+            with contextlib.suppress(OSError, ValueError, KeyError):  # no such file, or no limit ("max")
+                limit, used = (int(open(f"{folder}/memory.{name}").read()) for name in names[:2])
+                cache = dict(row.split() for row in open(f"{folder}/memory.stat"))[names[2] + "inactive_file"]
+                free = min(free, limit - used + int(cache))
+    return max(0, free)
 
 
 class Executor:

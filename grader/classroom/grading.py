@@ -29,7 +29,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +287,7 @@ class RunSummary:
     not_sealed: str = (
         ""  # why student code ran without the bubblewrap seal (grader.classroom.seal), if it did
     )
+    memory: str = ""  # how workers and memory caps were fitted to this machine's memory, if they were
 
     @property
     def per_minute(self) -> float:
@@ -471,8 +472,11 @@ def grade(
         ensure_gradebook(lesson_ids)
         return summary
     start = time.perf_counter()
-    if workers is None and executor == "local":
-        workers = default_worker_count(len(todo))
+    if executor == "local":  # the notebooks graded at once fit in this machine's memory together
+        workers, memory, summary.memory = executors.fit_memory(
+            workers or default_worker_count(len(todo)), options.memory, executors.available_memory()
+        )
+        options = replace(options, memory=memory)
     # workers forked from a preloaded forkserver start sooner; without the seal, a kernel could reach
     # that forkserver's socket (and have it fork what it likes), so its workers are spawned instead
     preload = WORKER_MODULES if seal.available()[0] else ()
@@ -559,10 +563,12 @@ def format_summary(s: RunSummary) -> str:
     lines = []
     head = f"Graded {s.graded} submission{'s' if s.graded != 1 else ''}"
     if s.graded:
-        head += f" in {s.seconds:.0f} s ({s.per_minute:.1f} notebooks/min, {s.workers} workers, {s.executor})"
+        head += f" in {s.seconds:.0f} s ({s.per_minute:.1f} notebooks/min, {s.workers} worker{'s' * (s.workers != 1)}, {s.executor})"
     if s.skipped:
         head += f"; {s.skipped} already graded from the same file, skipped"
     lines.append(head + ".")
+    if s.memory:
+        lines.append(s.memory)
     if s.not_sealed:
         lines.append(
             f"NOT SEALED ({s.not_sealed}): student code ran without the bubblewrap boundary, "
