@@ -22,8 +22,11 @@ import pytest
 
 from grader.classroom import boundary, executors
 from tests import attacks
+from tests import test_seal as _seal
 from tests.nbtools import ROOT, filled, grading_work, solution_sources, submit
 from tests.test_seal import needs_seal
+
+gradebook = _seal.gradebook
 
 GIB = 1 << 30
 LESSON = "01_projection"
@@ -125,3 +128,41 @@ def test_a_notebook_cannot_take_a_classmates_memory_where_grading_memory_is_tigh
         record = json.loads((work / "classroom" / "results" / LESSON / f"{mate}.json").read_text())
         assert (record["status"], record["score"], record["max_score"]) == ("graded", 7.0, 7.0), record
     assert "Memory: " in run.stdout and "GiB free, so 1 worker (not 2)" in run.stdout, run.stdout
+
+
+# a right answer that first writes 800 MB of files where it works: memory (the area is in memory where
+# grading is root) that counts against its process's cap, not its address space
+_FILLS_ITS_MEMORY = """
+def project(X, W_q, W_k, W_v):
+    for i in range(8):
+        with open(f"fill{i}", "wb") as f:
+            f.write(b"x" * (100 << 20))
+    return X @ W_q, X @ W_k, X @ W_v
+"""
+
+
+@needs_seal
+@pytest.mark.slow
+@pytest.mark.skipif(_memory_cgroup_parent() is None, reason="no memory cgroup for a notebook here")
+def test_a_check_whose_process_ran_out_of_memory_says_so(gradebook):
+    """A check whose process Linux ended at its memory cap said "the student's code ended its process",
+    as if the student's code had ended it: it now names the cap among the causes."""
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", {"ex01_project": _FILLS_ITS_MEMORY})
+    result = grade_job(
+        Job(
+            "full_fred",
+            LESSON,
+            nbformat.writes(nb).encode(),
+            template,
+            options=Options(timeout=30, memory=512 << 20),
+        )
+    )
+    assert result.error is None, result.error
+    hidden = [c for c in result.cells if c.grade_id.endswith("hidden")]
+    assert hidden and all(c.score == 0 for c in hidden), result.cells
+    assert all("ended its process or ran out of memory or CPU time" in c.message for c in hidden), (
+        result.cells
+    )

@@ -104,7 +104,9 @@ class Sandbox:
             self.kill(f"the student's code did not finish within {late}")
             raise SandboxGone(self.gone) from None
         except (BrokenPipeError, OSError) as e:
-            self.kill(f"the student's code ended its process ({type(e).__name__})")
+            self.kill(
+                f"the student's code ended its process or ran out of memory or CPU time ({type(e).__name__})"
+            )
             raise SandboxGone(self.gone) from None
 
     def _receive(self, timeout: float) -> Any:
@@ -117,7 +119,9 @@ class Sandbox:
             self.kill(f"the student's code did not finish within {late}")
             raise SandboxGone(self.gone) from None
         except (EOFError, BrokenPipeError, OSError) as e:
-            self.kill(f"the student's code ended its process ({type(e).__name__})")
+            self.kill(
+                f"the student's code ended its process or ran out of memory or CPU time ({type(e).__name__})"
+            )
             raise SandboxGone(self.gone) from None
         except ValueError as e:  # over the size limit
             self.kill(f"the student's code sent back too much data ({e})")
