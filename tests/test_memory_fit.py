@@ -153,13 +153,14 @@ def test_a_notebook_cannot_take_a_classmates_memory_where_grading_memory_is_tigh
     assert "Memory: " in run.stdout and "GiB free, so 1 worker (not 2)" in run.stdout, run.stdout
 
 
-# a right answer that first writes 800 MB of files where it works: memory (the area is in memory where
-# grading is root) that counts against its process's cap, not its address space
+# a right answer that first writes 800 MB into a file in memory of its own (``memfd``): memory that counts
+# against its process's cap, not its address space, and that goes with the process
 _FILLS_ITS_MEMORY = """
+import os
 def project(X, W_q, W_k, W_v):
+    fd = os.memfd_create("fill")
     for i in range(8):
-        with open(f"fill{i}", "wb") as f:
-            f.write(b"x" * (100 << 20))
+        os.write(fd, b"x" * (100 << 20))
     return X @ W_q, X @ W_k, X @ W_v
 """
 
@@ -167,11 +168,12 @@ def project(X, W_q, W_k, W_v):
 @needs_seal
 @pytest.mark.slow
 @pytest.mark.skipif(_memory_cgroup_parent() is None, reason="no memory cgroup for a notebook here")
-def test_a_check_whose_process_ran_out_of_memory_says_so(gradebook):
+def test_a_check_whose_process_ran_out_of_memory_says_so(gradebook, monkeypatch):
     """A check whose process Linux ended at its memory cap said "the student's code ended its process",
     as if the student's code had ended it: it now names the cap among the causes."""
     from grader.classroom.autograde import Job, Options, grade_job
 
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)  # nbgrader leaves it set where a step raises
     _, template = gradebook
     nb = filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", {"ex01_project": _FILLS_ITS_MEMORY})
     result = grade_job(
