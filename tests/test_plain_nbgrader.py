@@ -100,8 +100,17 @@ SUBMISSIONS[L11] = {
 }
 
 
+# a right answer that takes its time (half a second a call): its checks outside the notebook are
+# still running when a kernel that was stopped before its first cell has gone
+SUBMISSIONS[L1]["prelockslow"] = lambda sol: sol.replace(
+    "    Q = X @ W_q", "    import time as _time\n    _time.sleep(0.5)\n    Q = X @ W_q", 1
+)
+
 # files submitted next to a notebook (nbgrader's own collect copies a student's whole folder)
-BESIDE = {(L1, "prelock"): {"storemagic.py": attacks.PRELOCK_SWAPPER}}
+BESIDE = {
+    (L1, "prelock"): {"storemagic.py": attacks.PRELOCK_SWAPPER},
+    (L1, "prelockslow"): {"storemagic.py": attacks.PRELOCK_SWAPPER},
+}
 
 
 def _leaky(source: str, what: str) -> str:
@@ -123,7 +132,9 @@ def _autograde(lesson: str, release: Path, tmp: Path) -> subprocess.CompletedPro
         submit(filled(release / lesson / f"{lesson}.ipynb", answers), lesson, PREFIX + name)
     for (where, name), files in BESIDE.items():
         if where == lesson:
-            path = submit(filled(release / lesson / f"{lesson}.ipynb", sols), lesson, PREFIX + name)
+            path = course.submission_path(lesson, PREFIX + name)
+            if name not in SUBMISSIONS[lesson]:  # a right answer, unless the submission above is this one
+                path = submit(filled(release / lesson / f"{lesson}.ipynb", sols), lesson, PREFIX + name)
             for file, text in files.items():
                 (path.parent / file).write_text(text)
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
@@ -299,6 +310,23 @@ def test_a_file_beside_the_notebook_that_swaps_a_socket_as_the_kernel_starts_is_
     assert "socket folder holds 'ipc-3'" in flagged[0], flagged
     text = "".join(o.get("text", "") for o in _cell(L1, "prelock", "test01_project_hidden").outputs)
     assert "the kernel stopped" in text, text
+
+
+def test_the_checks_of_a_notebook_whose_kernel_was_stopped_before_its_first_cell_run_to_the_end(graded):
+    """The kernel of a notebook caught as above is stopped before its first cell; the notebook's checks
+    outside the kernel run in a boundary of their own and still decide its points. Seen: everything the
+    notebook started was ended before its checks were awaited, so a right answer slower than the kernel's
+    start failed its hidden checks ("ended its process"), on a loaded machine even a quick one."""
+    if os.geteuid() != 0:
+        pytest.skip("the socket folder is locked only where grading runs as root")
+    runs, _ = graded
+    flagged = [line for line in runs[L1].stderr.splitlines() if "tampered with the kernel" in line]
+    assert any(f"{PREFIX}prelockslow" in line for line in flagged), flagged
+    result = course.gradebook_scores(L1, PREFIX + "prelockslow")
+    assert result["score"] == result["max_score"] > 0, result["grades"]
+    for grade_id in result["grades"]:
+        text = "".join(o.get("text", "") for o in _cell(L1, "prelockslow", grade_id).outputs)
+        assert "the kernel stopped" in text and "passed when checked outside the notebook" in text, text
 
 
 def test_an_answer_that_swells_outside_the_seal_costs_its_own_check(graded):

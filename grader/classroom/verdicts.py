@@ -67,7 +67,6 @@ class ApplyVerdicts(NbGraderPreprocessor):
         from nbgrader.utils import determine_grade
 
         ctx = _CONTEXT
-        _finish_checks()  # if no cell ran (the kernel did not start)
         started = ctx["phases"].pop("kernel start", None)
         if started is not None:
             ctx["phases"]["notebook run"] = round(time.perf_counter() - started, 3)
@@ -255,16 +254,17 @@ def _stderr_as_note(outputs: list) -> list:
 
 
 def _after_student_code(resources: dict) -> None:
-    """Once the notebook has run, before nbgrader writes anything: nothing the student started is
-    left (its kernel, and sealed, its whole namespace), and the folder nbgrader writes the graded
-    notebook into is one no student process could reach or replace.
+    """Once the notebook has run, before nbgrader writes anything: its checks done (a kernel that ended before
+    its first cell did not wait for them), then nothing the student started left (its kernel, and sealed, its
+    whole namespace), and the folder nbgrader writes the graded notebook into one no student process could
+    reach or replace.
 
-    A job's autograded folder was the sealed kernel's working folder (reached through a link
-    into the seal's area): it is replaced by a new folder outside the seal holding only what
-    nbgrader put there, taken from trusted copies (the timestamp of the job, the lesson's own
-    files from ``solutions/``). Where the kernel worked in nbgrader's own folder (not sealed),
-    every link and special file it made there is removed.
+    A job's autograded folder was the sealed kernel's working folder (reached through a link into the seal's
+    area): it is replaced by a new folder outside the seal holding only what nbgrader put there, taken from
+    trusted copies (the timestamp of the job, the lesson's own files from ``solutions/``). Where the kernel
+    worked in nbgrader's own folder (not sealed), every link and special file it made there is removed.
     """
+    _finish_checks()
     stop_student_code()
     folder = Path((resources.get("metadata") or {}).get("path") or "")
     if not folder.name:
