@@ -100,6 +100,18 @@ SUBMISSIONS[L11] = {
 }
 
 
+# a right answer whose checks fail in the kernel alone, raising an error whose name holds a line of the
+# log that flags a classmate: the note that it passed outside the notebook is logged on its own line
+SUBMISSIONS[L1]["lognote"] = lambda sol: (
+    sol
+    + (
+        "\nimport os as _os\nif not _os.getcwd().endswith('/scratch'):\n"
+        "    _E = type('Boom\\n\\r[AutogradeApp | WARNING] Flagged for review: plainnb_wk/01_projection: "
+        "FAKE FLAG', (Exception,), {})\n"
+        "    def project(X, W_q, W_k, W_v):\n        raise _E('in the kernel only')\n"
+    )
+)
+
 # a right answer that takes its time (half a second a call): its checks outside the notebook are
 # still running when a kernel that was stopped before its first cell has gone
 SUBMISSIONS[L1]["prelockslow"] = lambda sol: sol.replace(
@@ -327,6 +339,16 @@ def test_the_checks_of_a_notebook_whose_kernel_was_stopped_before_its_first_cell
     for grade_id in result["grades"]:
         text = "".join(o.get("text", "") for o in _cell(L1, "prelockslow", grade_id).outputs)
         assert "the kernel stopped" in text and "passed when checked outside the notebook" in text, text
+
+
+def test_what_the_kernel_names_cannot_write_lines_of_its_own_in_nbgraders_log(graded):
+    """An error's name and message are the kernel's to choose: logged, they stay on the line of the
+    notebook they belong to (seen: a made-up "Flagged for review" line that named a classmate)."""
+    runs, _ = graded
+    result = course.gradebook_scores(L1, PREFIX + "lognote")
+    assert result["score"] == result["max_score"] > 0, result["grades"]
+    lines = [line for line in runs[L1].stderr.splitlines() if "FAKE FLAG" in line]
+    assert lines and all(f"{PREFIX}lognote/{L1}: " in line for line in lines), lines
 
 
 def test_an_answer_that_swells_outside_the_seal_costs_its_own_check(graded):

@@ -119,3 +119,34 @@ def test_plain_nbgrader_sets_links_and_pipes_aside_and_keeps_no_flood(work):
     for student in ("flood", "beside", "right"):
         assert course.gradebook_scores(L1, student)["score"] == 7.0, student
     _small_with_note(work)
+
+
+def test_plain_nbgrader_sets_a_crowd_of_files_beside_a_notebook_aside_and_grades_it(tmp_path, monkeypatch):
+    """nbgrader lists a submission's folder again for each file it copies from it (a time that grows with
+    the square of their number: 8,000 empty files stalled a run 3 minutes before that notebook started, and
+    no time limit covers it). Beyond ``recording.ENTRIES_CAP`` entries, all but the notebook is set aside,
+    as it is, and said so; the notebook and the classmate graded after it keep full marks."""
+    from grader.classroom import recording
+
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
+    sols = solution_sources(L1)
+    with grading_work(tmp_path, [L1]):
+        for student in ("crowd", "right"):
+            folder = tmp_path / "submitted" / student / L1
+            folder.mkdir(parents=True)
+            (folder / f"{L1}.ipynb").write_text(
+                json.dumps(filled(ROOT / "notebooks" / L1 / f"{L1}.ipynb", sols))
+            )
+    crowd = tmp_path / "submitted" / "crowd" / L1
+    (crowd / "deep").mkdir()
+    for i in range(3 * recording.ENTRIES_CAP):
+        (crowd / ("deep" if i % 3 else "") / f"f{i}.txt").write_text("")
+    run = _run(tmp_path, "nbgrader", "autograde", L1, "--force")
+    assert f"one of over {recording.ENTRIES_CAP} files" in run.stderr, run.stderr[-3000:]
+    moved = list((tmp_path / "classroom" / "set_aside").glob("*/*"))
+    assert len(moved) == recording.ENTRIES_CAP + 1, len(moved)  # the files at the top, and the folder
+    assert sorted(p.name for p in crowd.iterdir()) == [f"{L1}.ipynb"]
+    graded = course.autograded_path(L1, "crowd").parent
+    assert sorted(p.name for p in graded.iterdir()) == [f"{L1}.ipynb"]  # no copy of any of them either
+    for student in ("crowd", "right"):
+        assert course.gradebook_scores(L1, student)["score"] == 7.0, student

@@ -7,6 +7,7 @@ knows its test cells; nbgrader_config.py calls ``record_lessons`` when it loads 
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,9 @@ from stat import S_ISDIR, S_ISREG
 from grader.course import lessons, work_dir
 
 _recording = False
+# the most entries a submission's folder keeps beside its notebook: nbgrader lists the whole folder again
+# for each file it copies from it, a time that grows with the square of their number (8,000: 3 minutes)
+ENTRIES_CAP = 1000
 
 
 def _silence(record: object) -> bool:
@@ -54,9 +58,10 @@ def record_before_autograde(assignment: str = "", notebooks: list[str] | tuple =
 def set_aside(folder: Path) -> Path | None:
     """Move out of a submission's folder (to a new folder in ``<work>/classroom/set_aside/``, as they are,
     links not followed) what nbgrader would otherwise read or copy as root: links, pipes and other special
-    files, and files over SUBMITTED_CAP; a link in place of the folder goes too, and the whole folder where one
-    of them cannot be moved. nbgrader then grades the rest, or (the notebook gone) reports this one as
-    failed; the others are graded. Returns the folder they went into (None: nothing to set aside)."""
+    files, and files over SUBMITTED_CAP (in a folder of over ENTRIES_CAP entries, all but the notebook and its
+    timestamp); a link in place of the folder goes too, and the whole folder where one of them cannot be
+    moved. nbgrader then grades the rest, or (the notebook gone) reports this one as failed; the others are
+    graded. Returns the folder they went into (None: nothing to set aside)."""
     import tempfile
 
     from grader.classroom.jobs import SUBMITTED_CAP
@@ -67,7 +72,12 @@ def set_aside(folder: Path) -> Path | None:
 
     folder, work = Path(os.path.abspath(folder)), Path(os.path.abspath(work_dir()))
     bad = [p for p in (folder.parent, folder) if p.is_symlink()]
-    bad = bad or [p for t, d, f in os.walk(folder) for p in (Path(t) / n for n in d + f) if not readable(p)]
+    every = itertools.islice((Path(t) / n for t, d, f in os.walk(folder) for n in d + f), ENTRIES_CAP + 1)
+    found = [] if bad else list(every)
+    bad = bad or [p for p in found if not readable(p)]
+    if len(found) > ENTRIES_CAP:  # nbgrader lists the folder again for each file: the notebook alone stays
+        keep = (folder.name + ".ipynb", "timestamp.txt")
+        bad = [p for p in folder.iterdir() if not (p.name in keep and readable(p) and p.is_file())]
     if not bad:
         return None
     (work / "classroom" / "set_aside").mkdir(parents=True, exist_ok=True)
@@ -78,9 +88,11 @@ def set_aside(folder: Path) -> Path | None:
     except OSError:
         os.replace(folder, into / "the whole submission")
         bad = [folder]
-    why = f"a link, a special file or over {SUBMITTED_CAP >> 20} MB: not read, moved into {into}"
-    for path in bad:
-        print(f"[nbgrader_config] {path}: {why}", file=sys.stderr)
+    why = f"a link, a special file, over {SUBMITTED_CAP >> 20} MB, or one of over {ENTRIES_CAP} files"
+    for path in bad[:10]:
+        print(f"[nbgrader_config] {path}: {why}: not read, moved into {into}", file=sys.stderr)
+    if len(bad) > 10:
+        print(f"[nbgrader_config] and {len(bad) - 10} more of {folder}, moved into {into}", file=sys.stderr)
     return into
 
 

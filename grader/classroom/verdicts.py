@@ -57,9 +57,9 @@ class ApplyVerdicts(NbGraderPreprocessor):
                         "Isolation: %s: %s", who, isolation.replace(seal.NOT_SEALED, "NOT SEALED", 1)
                     )
                 for flag in ctx["flags"]:
-                    self.log.warning("Flagged for review: %s: %s", who, flag)
+                    self.log.warning("Flagged for review: %s: %s", who, _line(flag))
                 for note in ctx["notes"]:
-                    self.log.info("%s: %s", who, note)
+                    self.log.info("%s: %s", who, _line(note))
                 _end_notebook()
         return nb, resources
 
@@ -191,9 +191,14 @@ def _failed_before_student_code(nb: Any, lesson: lessons.Lesson) -> str | None:
             what = f"cell {meta['grade_id']}" if meta.get("grade_id") else "setup cell"
             return (
                 f"the lesson's own {what} failed before any of the student's code ran "
-                f"({ename}: {evalue.strip()[:300]}); nothing of the submission was checked"
+                f"({_line(ename)}: {_line(evalue.strip()[:300])}); nothing of the submission was checked"
             )
     return None
+
+
+def _line(text: str) -> str:
+    """Text the kernel chose (an error's name or message) as one line of the log: no line of its own."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _first_error(cell: Any) -> tuple[str, str] | None:
