@@ -150,3 +150,28 @@ def test_plain_nbgrader_sets_a_crowd_of_files_beside_a_notebook_aside_and_grades
     assert sorted(p.name for p in graded.iterdir()) == [f"{L1}.ipynb"]  # no copy of any of them either
     for student in ("crowd", "right"):
         assert course.gradebook_scores(L1, student)["score"] == 7.0, student
+
+
+def test_the_tools_summary_shows_what_a_student_named_on_that_students_own_line(tmp_path, monkeypatch):
+    """A flag quotes the student's code (a name it patches), which may hold a carriage return and a
+    terminal's erase-line sequence: printed as they were, they wiped the flag's line from the instructor's
+    console, leaving "Flagged for review" over an empty line. They are shown escaped, on that line."""
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
+    sols = solution_sources(L1)
+    exercise = next(iter(sols))
+    cloak = '\nimport torch as _t\nsetattr(_t, "softmax\\r\\x1b[2K", None)\n'
+    with grading_work(tmp_path, [L1]):
+        for student in ("cloak", "right"):
+            folder = tmp_path / "submitted" / student / L1
+            folder.mkdir(parents=True)
+            answers = {**sols, exercise: sols[exercise] + cloak} if student == "cloak" else sols
+            (folder / f"{L1}.ipynb").write_text(
+                json.dumps(filled(ROOT / "notebooks" / L1 / f"{L1}.ipynb", answers))
+            )
+    run = _run(tmp_path, sys.executable, "-m", "grader", "grade", L1, "--quiet")
+    assert run.returncode == 0, run.stderr[-3000:]
+    shown = run.stdout + run.stderr
+    assert f"  cloak / {L1}: patches torch.softmax\\r\\x1b[2K" in shown.splitlines(), shown
+    assert "\r" not in shown and "\x1b" not in shown, shown
+    for student in ("cloak", "right"):
+        assert course.gradebook_scores(L1, student)["score"] == 7.0, student

@@ -51,6 +51,7 @@ from grader.classroom.jobs import (
     Options,
     default_protected,
     digest_of,
+    one_line,
     read_regular,
 )
 from grader.classroom.servers import WORKER_MODULES, share_servers, warm_up
@@ -582,10 +583,10 @@ def format_summary(s: RunSummary) -> str:
     if s.flagged:
         lines.append("Flagged for review (signs of tampering; scores come from the independent checks):")
         for f in s.flagged:
-            lines.append(f"  {f['student']} / {f['lesson']}: " + "; ".join(f["flags"]))
+            lines.append(one_line(f"  {f['student']} / {f['lesson']}: " + "; ".join(f["flags"])))
     if s.failed:
         lines.append("Could not be graded (run again to retry; details in the records):")
         for f in s.failed:
-            first = (f.get("error") or "").strip().splitlines()
-            lines.append(f"  {f['student']} / {f['lesson']}: {first[-1] if first else 'unknown error'}")
+            first = (f.get("error") or "").strip().splitlines() or ["unknown error"]
+            lines.append(one_line(f"  {f['student']} / {f['lesson']}: {first[-1]}"))
     return "\n".join(lines)

@@ -16,6 +16,11 @@ from pathlib import Path
 from grader import course
 
 
+def one_line(text: str) -> str:
+    """Text student code chose, as one line of a log or the console: what is not printable, escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 @dataclass
 class Options:
     """How to grade (same for every submission of a run)."""

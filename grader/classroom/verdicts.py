@@ -21,7 +21,7 @@ from grader import course
 from grader.classroom import lessons, seal
 from grader.classroom.context import _CONTEXT, CouldNotGrade, _error_output, _grade_cells, run_status
 from grader.classroom.independent import _finish_checks
-from grader.classroom.jobs import CellResult
+from grader.classroom.jobs import CellResult, one_line
 from grader.classroom.lifecycle import _end_notebook, stop_student_code
 from grader.classroom.trees import remove_tree
 
@@ -57,9 +57,9 @@ class ApplyVerdicts(NbGraderPreprocessor):
                         "Isolation: %s: %s", who, isolation.replace(seal.NOT_SEALED, "NOT SEALED", 1)
                     )
                 for flag in ctx["flags"]:
-                    self.log.warning("Flagged for review: %s: %s", who, _line(flag))
+                    self.log.warning("Flagged for review: %s: %s", who, one_line(flag))
                 for note in ctx["notes"]:
-                    self.log.info("%s: %s", who, _line(note))
+                    self.log.info("%s: %s", who, one_line(note))
                 _end_notebook()
         return nb, resources
 
@@ -191,14 +191,9 @@ def _failed_before_student_code(nb: Any, lesson: lessons.Lesson) -> str | None:
             what = f"cell {meta['grade_id']}" if meta.get("grade_id") else "setup cell"
             return (
                 f"the lesson's own {what} failed before any of the student's code ran "
-                f"({_line(ename)}: {_line(evalue.strip()[:300])}); nothing of the submission was checked"
+                f"({one_line(ename)}: {one_line(evalue.strip()[:300])}); nothing of the submission was checked"
             )
     return None
-
-
-def _line(text: str) -> str:
-    """Text the kernel chose (an error's name or message) as one line of the log: no line of its own."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _first_error(cell: Any) -> tuple[str, str] | None:
