@@ -126,6 +126,31 @@ def test_a_zip_in_janes_upload_naming_john_is_placed_for_nobody(tmp_path, with_r
     every_file_once(rep, 3)
 
 
+def test_a_file_name_an_upload_holds_is_reported_on_its_own_line(tmp_path):
+    """A name inside a student's zip is the student's to choose: with a carriage return and a terminal's
+    erase-line sequence it wiped its own report line from the instructor's console, and with a line break
+    it made up a line of its own. The report shows such a name escaped, on the line of that file."""
+    rep, dest = run(
+        tmp_path,
+        {
+            "smithjane_12345_901_05_softmax.ipynb": (nb("jane"), NOV),
+            "doejohn_22345_902_all.zip": (
+                zip_of({"cover\r\x1b[2K.txt": b"x", "notes\nPlaced 9 submissions.txt": b"y"}),
+                DEC,
+            ),
+        },
+    )
+    shown = rep.format()
+    assert "\r" not in shown and "\x1b" not in shown, shown
+    lines = shown.splitlines()
+    assert lines[0].startswith("Placed 1 submissions;") and not any(
+        ln.startswith("Placed 9") for ln in lines[1:]
+    )
+    assert any("cover\\r\\x1b[2K.txt: " in ln for ln in lines), lines
+    assert any("notes\\nPlaced 9 submissions.txt: " in ln for ln in lines), lines
+    assert placed(dest, "smithjane") == "jane"
+
+
 def test_a_name_inside_an_upload_naming_another_student_in_any_form_is_not_placed(tmp_path):
     rep, dest = run(
         tmp_path,

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import course
+from grader.classroom.jobs import one_line
 from grader.instructor import escape
 from grader.instructor.students import (
     Identity,
@@ -107,7 +108,7 @@ class CollectReport:
             rows = self.by(action)
             if rows:
                 lines.append(f"{title}:")
-                lines += [f"  {o.source}: {o.reason}" for o in rows]
+                lines += [one_line(f"  {o.source}: {o.reason}") for o in rows]  # names the students chose
         return "\n".join(lines)
 
 
