@@ -221,6 +221,39 @@ def test_plan_runs_student_cells_in_step_with_the_lesson():
     ]
 
 
+def test_plan_finds_the_lessons_cells_in_a_notebook_whose_cell_ids_are_new():
+    """Cells pasted into a new notebook, or a notebook saved without cell ids (nbformat 4.4), have ids
+    the lesson never gave: every cell of the student's was run after the last test cell, and a right
+    answer scored 0, flagged as "passed in the notebook, failed the independent check". The lesson's
+    cells are found by grade id, else by their source, and the plan is the one the lesson's ids give."""
+    src = [
+        {"id": "setup", "kind": "context", "source": "import torch"},
+        {"id": "ex", "kind": "solution", "grade_id": "ex", "source": "def f(): ..."},
+        {"id": "t1", "kind": "test", "grade_id": "t1", "source": "assert f()"},
+        {"id": "later", "kind": "context", "source": "show(f)"},
+        {"id": "t2", "kind": "test", "grade_id": "t2", "source": "assert f() == 1"},
+    ]
+    stu = [
+        {"kind": "other", "source": "import torch\n"},
+        {"kind": "other", "source": "x = 1"},  # added by the student
+        {"kind": "other", "grade_id": "ex", "source": "def f():\n    return 1"},
+        {"kind": "test", "grade_id": "t1", "source": "assert f()"},
+        {"kind": "other", "source": "show(f)"},
+        {"kind": "test", "grade_id": "t2", "source": "assert f() == 1"},
+        {"kind": "other", "source": "y = 2"},
+    ]
+    for ids in ([f"cell-{i}" for i in range(len(stu))], [f"{i:08x}" for i in range(len(stu))]):
+        cells = [dict(c, id=i) for c, i in zip(stu, ids)]
+        steps = [(cell["id"], [c["id"] for c in batch]) for cell, batch in plan(src, cells)]
+        assert steps == [
+            ("setup", [ids[0]]),
+            ("t1", [ids[1], ids[2]]),
+            ("later", [ids[4]]),
+            ("t2", []),
+            (None, [ids[6]]),
+        ], steps
+
+
 def test_nothing_after_the_last_test_cell_is_run_again_outside_the_notebook():
     """A lesson ends with demos that time the student's function on long inputs (lesson 11 times
     tiled_attention at T = 2048). They decide no check, and the kernel runs them: the trusted side and

@@ -51,18 +51,19 @@ from grader.classroom.sandbox import CANARY, compile_cell, new_namespace
 def plan(source_cells: list[dict], student_cells: list[dict]) -> list[tuple[dict, list[dict]]]:
     """Pair each source cell with the student cells the sandbox must run before it.
 
-    Student cells are matched to source cells by cell id; a source cell the
-    student deleted inherits the position of the source cell before it. Test
-    cells never run in the sandbox.
-    """
-    position = {c["id"]: i for i, c in enumerate(student_cells) if c.get("id")}
-    done = 0
-    last = 0
+    A source cell is found among the student's by cell id, else grade id, else source (pasted cells, and
+    nbformat 4.4's, have ids of their own); one the student deleted inherits the position of the source
+    cell before it. Test cells never run in the sandbox."""
+    position = {("id", c.get("id")): i for i, c in enumerate(student_cells)}
+    for i, c in reversed(list(enumerate(student_cells))):  # the first of equal ones wins
+        position.update({("grade", c.get("grade_id")): i, ("source", c["source"].strip()): i})
+    done = last = 0
     steps = []
     for cell in source_cells:
         if cell["kind"] == "solution":
             continue
-        here = position.get(cell["id"], None)
+        keys = [("id", cell["id"]), ("grade", cell.get("grade_id")), ("source", cell["source"].strip())]
+        here = next((position[k] for k in keys if k[1] and k in position), None)
         upto = last if here is None else max(here + 1, last)
         batch = [c for c in student_cells[done:upto] if c["kind"] != "test"]
         done = max(done, upto)

@@ -80,6 +80,19 @@ def _forged(nb: nbformat.NotebookNode) -> None:
     nb.cells += [bonus, empty, old]
 
 
+def _new_ids(nb: nbformat.NotebookNode) -> None:
+    """Every cell pasted into a new notebook: ids the lesson never gave."""
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"pasted-{i:04x}"
+
+
+def _no_ids(nb: nbformat.NotebookNode) -> None:
+    """Saved by a tool that writes nbformat 4.4: no cell ids at all."""
+    nb.nbformat_minor = 4
+    for cell in nb.cells:
+        cell.pop("id", None)
+
+
 def _big_print(nb: nbformat.NotebookNode) -> None:
     nb.cells.append(nbformat.v4.new_code_cell(f"print('x' * {BIG_PRINT})"))
 
@@ -160,4 +173,14 @@ def cases() -> list[Case]:
             notes=("grade id 'bonus' the release does not have was removed",),
         ),
         _case("x01_big_print", "prints 5 MB, correct answer", sol, _big_print, score=7),
+        # found by grade id and source, as the lesson's ids would: before, every cell of theirs ran after
+        # the last test cell outside the notebook, and each scored 0, "failed the independent check"
+        _case(
+            "x01_new_ids",
+            "every cell given a new id (pasted into a new notebook), correct answer",
+            sol,
+            _new_ids,
+            score=7,
+        ),
+        _case("x01_no_ids", "saved as nbformat 4.4, without cell ids, correct answer", sol, _no_ids, score=7),
     ]
