@@ -488,3 +488,58 @@ def test_plain_nbgrader_export_with_the_safe_plugin(work):
     assert s1["first_name"] == "'" + EVIL_DIAGNOSIS and s1["last_name"] == "Lovelace, Ada"
     assert s1["score"] == "0.0" and s1["assignment"] == LESSON
     assert os.path.getsize(dest) > 0
+
+
+# a right answer outside the notebook but for its message, which makes up a diagnosis of its own
+FAKE_DIAGNOSIS = """
+def project(X, W_q, W_k, W_v):
+    import sys
+    if "course_runtime.sandbox" in sys.modules:
+        raise ValueError("nope\\nDiagnosis: FAKE you were told the answer")
+    return X @ W_q, X @ W_k, X @ W_v
+"""
+
+
+@pytest.mark.slow
+def test_a_feedback_page_diagnoses_only_the_mistake_the_grading_found(tmp_path, monkeypatch):
+    """A check's message holds the student's own error text, and the feedback page took the first
+    "Diagnosis: " in it for the check's: a made-up one stood in bold as the course's diagnosis, and the
+    words of a real mistake (planted) named a mistake nobody made. Only the mistake the grading found
+    (its record) is diagnosed; a notebook graded without a record keeps only one of the course's own."""
+    from tests import attacks
+    from tests.nbtools import ROOT, filled, grading_work, solution_sources
+
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
+    sol = solution_sources(LESSON)["ex01_project"]
+    answers = {
+        "fake": FAKE_DIAGNOSIS,
+        "planted": attacks.PLANTED_DIAGNOSIS,
+        "wk": sol.replace("Q = X @ W_q", "Q = X @ W_k"),
+    }
+    with grading_work(tmp_path, [LESSON]):
+        for student, answer in answers.items():
+            path = course.submission_path(LESSON, student)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(
+                json.dumps(filled(ROOT / "notebooks" / LESSON / f"{LESSON}.ipynb", {"ex01_project": answer}))
+            )
+    summary = grading.grade([LESSON], progress=False)
+    assert summary.graded == 3, grading.format_summary(summary)
+    feedback.generate([LESSON], workers=1, progress=False)
+
+    def table(student: str) -> str:
+        page = feedback.feedback_path(LESSON, student).read_text()
+        return feedback.page_text(page.split("Your results", 1)[1].split("</table>", 1)[0])
+
+    assert "Diagnosis: Q was computed with W_k." in table("wk")
+    for student in ("fake", "planted"):
+        assert "Diagnosis" not in table(student), table(student)
+    # without a record (plain nbgrader's grading): the made-up one is not the course's
+    nb = graded_notebook()
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and "Diagnosis: " in out.get("evalue", ""):
+                out["evalue"] = "What differs: nope\nDiagnosis: FAKE you were told the answer"
+    page = feedback_page(nb)
+    summary_text = feedback.page_text(page.split("Your results", 1)[1].split("</table>", 1)[0])
+    assert "nope" in summary_text and "Diagnosis" not in summary_text, summary_text

@@ -174,16 +174,28 @@ class EscapeStudentContent(NbGraderPreprocessor):
         return escape_student_content(nb, resources), resources
 
 
-def _first_lines(message: str) -> tuple[str, str | None]:
-    """(what differs, diagnosis) from a check's message."""
-    diagnosis = None
-    if "Diagnosis: " in message:
-        diagnosis = message.split("Diagnosis: ", 1)[1].strip()
+def _first_lines(message: str, named: str | None = None, recorded: bool = False) -> tuple[str, str | None]:
+    """(what differs, diagnosis) from a check's message. The message holds the student's own error text
+    too, so the diagnosis is only the check's own last line, and only where it names the mistake the
+    grading recorded (``named``), or without a record, one of the course's."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    diagnosis = lines[-1][len("Diagnosis: ") :] if lines and lines[-1].startswith("Diagnosis: ") else None
+    if diagnosis and not (
+        bool(named) and diagnosis.startswith(f"{named}. ") or not recorded and diagnosis in _mistakes()
+    ):
+        diagnosis = None
     what = next((ln[len("What differs: ") :] for ln in lines if ln.startswith("What differs: ")), None)
     if what is None:
         what = lines[0] if lines else ""
     return what, diagnosis
+
+
+@functools.cache
+def _mistakes() -> frozenset[str]:
+    """Every diagnosis a check writes: each named mistake of every exercise, with its hint."""
+    from grader import registry
+
+    return frozenset(f"{t.name}. {t.hint}" for ex in registry.exercises().values() for t in ex.traps)
 
 
 def _record(resources: dict) -> dict:
@@ -209,6 +221,7 @@ class ResultsSummary(NbGraderPreprocessor):
         earned = total = 0.0
         record = _record(resources)
         tool = {c.get("grade_id"): c.get("score") for c in record.get("cells", [])}
+        named = {c.get("grade_id"): c.get("diagnosis") for c in record.get("cells", [])}
         for cell in nb.cells:
             if not _is_grade(cell):
                 continue
@@ -230,7 +243,9 @@ class ResultsSummary(NbGraderPreprocessor):
                 rows.append((meta["grade_id"], pts, "not yet", ""))
                 continue
             message = f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}" if errors else "failed"
-            what, diagnosis = _first_lines(str(errors[0].get("evalue", "")) if errors else "")
+            what, diagnosis = _first_lines(
+                str(errors[0].get("evalue", "")) if errors else "", named.get(meta["grade_id"]), bool(named)
+            )
             if not what:
                 what = message
             # the message (and so the diagnosis) is text the student's code can choose
