@@ -494,6 +494,15 @@ def test_progress_bar_writes_rate_and_eta():
     assert "4/4 graded" in text and "1 need a look" in text and "/min" in text
 
 
+def test_progress_bar_shows_a_folder_name_escaped():
+    """A student folder's name is shown as the last one graded: a carriage return and a terminal's
+    erase-line sequence in it wrote over the bar (a folder placed by hand; collect makes safe names)."""
+    out = io.StringIO()
+    Progress(1, stream=out, every=0).update("ev\r\x1b[2Kil/01_projection")
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue(), repr(out.getvalue())
+    assert "ev\\r\\x1b[2Kil/01_projection" in out.getvalue()
+
+
 def test_size_option_reads_units():
     from grader.cli import _size
 

@@ -1,10 +1,12 @@
-"""A progress bar on stderr that needs nothing but the standard library."""
+"""A progress bar on stderr; what it names (a student's folder) is shown escaped (``jobs.one_line``)."""
 
 from __future__ import annotations
 
 import sys
 import time
 from typing import TextIO
+
+from grader.classroom.jobs import one_line
 
 
 class Progress:
@@ -28,7 +30,7 @@ class Progress:
     def update(self, label: str = "", problem: bool = False) -> None:
         self.done += 1
         self.problems += int(problem)
-        self.last = label
+        self.last = one_line(label)
         now = time.perf_counter()
         if self.tty or now - self._last_print >= self.every or self.done == self.total:
             self._last_print = now
