@@ -221,18 +221,22 @@ def test_plan_runs_student_cells_in_step_with_the_lesson():
     ]
 
 
+# a lesson's cells as plan() takes them: a setup cell, an answer, a test, a demo, a test
+LESSON_CELLS = [
+    {"id": "setup", "kind": "context", "source": "import torch"},
+    {"id": "ex", "kind": "solution", "grade_id": "ex", "source": "def f(): ..."},
+    {"id": "t1", "kind": "test", "grade_id": "t1", "source": "assert f()"},
+    {"id": "later", "kind": "context", "source": "show(f)"},
+    {"id": "t2", "kind": "test", "grade_id": "t2", "source": "assert f() == 1"},
+]
+
+
 def test_plan_finds_the_lessons_cells_in_a_notebook_whose_cell_ids_are_new():
     """Cells pasted into a new notebook, or a notebook saved without cell ids (nbformat 4.4), have ids
     the lesson never gave: every cell of the student's was run after the last test cell, and a right
     answer scored 0, flagged as "passed in the notebook, failed the independent check". The lesson's
     cells are found by grade id, else by their source, and the plan is the one the lesson's ids give."""
-    src = [
-        {"id": "setup", "kind": "context", "source": "import torch"},
-        {"id": "ex", "kind": "solution", "grade_id": "ex", "source": "def f(): ..."},
-        {"id": "t1", "kind": "test", "grade_id": "t1", "source": "assert f()"},
-        {"id": "later", "kind": "context", "source": "show(f)"},
-        {"id": "t2", "kind": "test", "grade_id": "t2", "source": "assert f() == 1"},
-    ]
+    src = LESSON_CELLS
     stu = [
         {"kind": "other", "source": "import torch\n"},
         {"kind": "other", "source": "x = 1"},  # added by the student
@@ -252,6 +256,37 @@ def test_plan_finds_the_lessons_cells_in_a_notebook_whose_cell_ids_are_new():
             ("t2", []),
             (None, [ids[6]]),
         ], steps
+
+
+def test_plan_keeps_each_test_where_the_kernel_runs_it():
+    """Found by its source, a lesson cell the student moved below the tests (cut and pasted: a new id)
+    took the tests after it down with it: they were checked after every cell of the student's, so a wrong
+    answer fixed at the end earned their points and a right one followed by a scratch variant lost them.
+    And a test was found by its cell id, which a plain cell below the tests could carry (the test itself
+    given another): the test is found by its grade id, where the kernel runs it."""
+    src = LESSON_CELLS
+    moved = [
+        {"id": "setup", "kind": "other", "source": "import torch"},
+        {"id": "ex", "kind": "other", "grade_id": "ex", "source": "def f(): return 0"},
+        {"id": "t1", "kind": "test", "grade_id": "t1", "source": "assert f()"},
+        {"id": "t2", "kind": "test", "grade_id": "t2", "source": "assert f() == 1"},
+        {"id": "fix", "kind": "other", "source": "def f(): return 1"},
+        {"id": "pasted", "kind": "other", "source": "show(f)"},  # the lesson's cell "later", moved
+    ]
+    steps = [(cell["id"], [c["id"] for c in batch]) for cell, batch in plan(src, moved)]
+    assert steps == [
+        ("setup", ["setup"]),
+        ("t1", ["ex"]),
+        ("later", []),
+        ("t2", []),
+        (None, ["fix", "pasted"]),
+    ]
+    stolen = [dict(c, id="other") if c["id"] == "t1" else c for c in moved[:4]]
+    stolen.append(
+        {"id": "t1", "kind": "other", "source": "def f(): return 1"}
+    )  # the test's id, on a plain cell
+    steps = [(cell["id"], [c["id"] for c in batch]) for cell, batch in plan(src, stolen)]
+    assert steps == [("setup", ["setup"]), ("t1", ["ex"]), ("later", []), ("t2", []), (None, ["t1"])]
 
 
 def test_nothing_after_the_last_test_cell_is_run_again_outside_the_notebook():

@@ -51,19 +51,26 @@ from grader.classroom.sandbox import CANARY, compile_cell, new_namespace
 def plan(source_cells: list[dict], student_cells: list[dict]) -> list[tuple[dict, list[dict]]]:
     """Pair each source cell with the student cells the sandbox must run before it.
 
-    A source cell is found among the student's by cell id, else grade id, else source (pasted cells, and
-    nbformat 4.4's, have ids of their own); one the student deleted inherits the position of the source
-    cell before it. Test cells never run in the sandbox."""
+    A test cell is found among the student's by grade id (one each, once repaired: the one the kernel
+    runs), another source cell by cell id, else grade id, else source (pasted cells, and nbformat 4.4's,
+    have ids of their own). One the student deleted, or moved below the test cell after it, inherits
+    the position of the source cell before it. Test cells never run in the sandbox."""
     position = {("id", c.get("id")): i for i, c in enumerate(student_cells)}
     for i, c in reversed(list(enumerate(student_cells))):  # the first of equal ones wins
-        position.update({("grade", c.get("grade_id")): i, ("source", c["source"].strip()): i})
+        kind = "test" if c["kind"] == "test" else "grade"
+        position.update({(kind, c.get("grade_id")): i, ("source", c["source"].strip()): i})
+    tests = [i for i, c in enumerate(student_cells) if c["kind"] == "test"]
     done = last = 0
     steps = []
     for cell in source_cells:
         if cell["kind"] == "solution":
             continue
-        keys = [("id", cell["id"]), ("grade", cell.get("grade_id")), ("source", cell["source"].strip())]
+        gid, by_id, source = cell.get("grade_id"), ("id", cell["id"]), ("source", cell["source"].strip())
+        keys = [("test", gid), by_id] if cell["kind"] == "test" else [by_id, ("grade", gid), source]
         here = next((position[k] for k in keys if k[1] and k in position), None)
+        nearest = min((t for t in tests if t >= last), default=len(student_cells))
+        if cell["kind"] != "test" and (here or 0) > nearest:
+            here = None  # below the next test cell (moved there): as if deleted
         upto = last if here is None else max(here + 1, last)
         batch = [c for c in student_cells[done:upto] if c["kind"] != "test"]
         done = max(done, upto)
