@@ -408,6 +408,16 @@ def test_class_report_markdown_shows_names_and_diagnoses_as_text():
     assert "<img" not in rendered.replace('<img src="class_report.png"', "").replace("<img alt=", "")
 
 
+def test_class_report_shows_a_control_character_in_a_name_as_its_escape():
+    """A folder placed by hand can name a student with a terminal's erase-line sequence: the report, read
+    with ``cat`` as often as rendered, kept it as it was."""
+    records = _records()
+    records[0]["student"] = "ctl\x1b[2K\rwipe"
+    md = report.markdown(report.build(records))
+    assert "\x1b" not in md and "\r" not in md, repr(md)
+    assert "ctl\\\\x1b\\[2K wipe" in md, md
+
+
 @pytest.mark.parametrize(
     ("value", "written"),
     [

@@ -41,8 +41,9 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.:/ -]+")
 
 
 def md_text(value: Any) -> str:
-    """``value`` as text in a Markdown table or list: no HTML, link, code span or cell break."""
-    text = _BREAKS.sub(" ", str(value))
+    """``value`` as text in a Markdown table or list: no HTML, link, code span, cell break or control
+    character (shown as its escape: the report is read in a terminal too)."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in _BREAKS.sub(" ", str(value)))
     return "".join(_MD.get(ch, ch) for ch in text)
 
 
