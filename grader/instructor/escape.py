@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from grader.classroom.jobs import one_line
+
 # ------------------------------------------------------------------ Markdown reports
 
 _MD = {
@@ -43,8 +45,7 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.:/ -]+")
 def md_text(value: Any) -> str:
     """``value`` as text in a Markdown table or list: no HTML, link, code span, cell break or control
     character (shown as its escape: the report is read in a terminal too)."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in _BREAKS.sub(" ", str(value)))
-    return "".join(_MD.get(ch, ch) for ch in text)
+    return "".join(_MD.get(ch, ch) for ch in one_line(_BREAKS.sub(" ", str(value))))
 
 
 def md_code(value: Any) -> str:
