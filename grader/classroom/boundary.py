@@ -410,19 +410,39 @@ def _private_tmp(owner: tuple[int, int] | None) -> None:
             f.write(data)
     if owner is not None:
         _give([mpl], *owner)
-    if os.path.ismount("/tmp"):
-        _read_only("/tmp")  # where grading is not root, the notebook's user could write there otherwise
 
 
-def _read_only(path: str) -> None:
-    """Make the mount at ``path`` read-only in this mount namespace (its flags kept, as Linux requires
-    in a user namespace); the mounts below it stay as they are."""
-    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-    have = os.statvfs(path).f_flag
-    kept = [(os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC)]
-    for st, ms in kept + [(os.ST_NOATIME, 0x400), (os.ST_NODIRATIME, 0x800), (os.ST_RELATIME, 0x200000)]:
-        flags |= ms if have & st else 0
-    _check(_LIBC.mount(None, path.encode(), None, flags, None), f"read-only {path}")
+# a mount's own flags, as /proc/self/mountinfo names them (Linux keeps them locked in a user namespace)
+_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "nosymfollow": 0x100}
+_MOUNT_FLAGS |= {"noatime": 0x400, "nodiratime": 0x800, "relatime": 0x200000, "strictatime": 0x1000000}
+
+
+def _read_only_but(keep: set[str]) -> None:
+    """Make every mount this notebook can reach read-only, but its own writable folders (``keep``) and
+    the file systems of the kernel (/proc, terminals). Where grading is not root, the notebook's user is
+    the grader's, and owns what bubblewrap made (the root, /dev, /tmp, the cover on the course): every
+    notebook forked from the same server shares those, and the server imports from them."""
+    top: dict[str, tuple[list[str], str]] = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:  # in the order mounted: the last at a place is the one seen there
+            fields = line.split()
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            top[point] = (fields[5].split(","), fields[fields.index("-") + 1])
+    for point, (options, kind) in top.items():
+        if (
+            "ro" in options
+            or point in keep
+            or kind in ("proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2")
+        ):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in options:
+            flags |= _MOUNT_FLAGS.get(option, 0)
+        if _LIBC.mount(None, point.encode(), None, flags, None) != 0:
+            e = ctypes.get_errno()
+            # not a mount where it is seen now (covered: the one on top has its own line) or out of reach
+            if e not in (errno.EINVAL, errno.ENOENT, errno.EACCES):
+                raise BoundaryError(f"read-only {point}: {os.strerror(e)} (errno {e})")
 
 
 def _private_ptys() -> None:
@@ -453,6 +473,7 @@ def _inside(
     _conceal(AREA, writable)
     user = UID_BASE + int.from_bytes(os.urandom(3), "little") % UID_RANGE if root else None
     _private_tmp((user, user) if user is not None else None)
+    _read_only_but({os.path.realpath(w) for w in writable} | {"/var/tmp", "/dev/shm", "/tmp/matplotlib"})
     if user is not None:
         _give(writable, user, user)
     if user is not None or _RELEASE >= (5, 14):
@@ -464,7 +485,7 @@ def _inside(
         os.setgroups([])
         os.setresgid(user, user, user)
         os.setresuid(user, user, user)  # every capability goes with uid 0
-        _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files are its own again
+    _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files are its own again (its OOM score among them)
     _drop_capabilities()
     # the proxy killed: this process, and with it the whole namespace, ends (set only now: a change
     # of user clears it); a proxy already gone shows as the end of the pipe it holds
