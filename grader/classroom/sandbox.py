@@ -148,19 +148,34 @@ def dump(obj: Any) -> bytes:
 
 
 class _Shell:
-    """Stands in for ``get_ipython()``: magics and shell commands (run_line_magic, system, ...) do
-    nothing here."""
+    """Stands in for ``get_ipython()`` in one namespace. The magics that run their code in the notebook's
+    namespace (``%%time``, ``%%capture``, ``%%prun`` and ``%time``'s line) run it here too, so what they
+    define is defined; every other magic and shell command does nothing."""
+
+    RUN_HERE = ("time", "capture", "prun")
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self._namespace = namespace
+
+    def run_cell_magic(self, name: str, line: str, cell: str) -> None:
+        if name in self.RUN_HERE:
+            exec(compile_cell(cell, f"<%%{name} cell>"), self._namespace)
+
+    def run_line_magic(self, name: str, line: str, *_: Any) -> None:
+        if name in self.RUN_HERE and line.strip():
+            exec(compile_cell(line, f"<%{name} line>"), self._namespace)
 
     def __getattr__(self, name: str) -> Any:
         return lambda *a, **k: None
 
 
-SHELL = _Shell()
-
-
 def new_namespace() -> dict[str, Any]:
-    """A fresh ``__main__`` namespace, as a notebook's cells run in (``get_ipython`` a stand-in)."""
-    return {"__name__": "__main__", "__builtins__": builtins, "get_ipython": lambda: SHELL}
+    """A fresh ``__main__`` namespace, as a notebook's cells run in: ``get_ipython`` a stand-in, and
+    ``display``, which IPython gives every cell, showing nothing."""
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    shell = _Shell(namespace)
+    namespace.update(get_ipython=lambda: shell, display=lambda *a, **k: None)
+    return namespace
 
 
 def python_source(source: str) -> str:

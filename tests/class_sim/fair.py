@@ -37,6 +37,14 @@ def project(X, W_q, W_k, W_v):
     return X @ W_q, X @ W_k, X @ W_v
 """
 
+# IPython's own habits in an answer cell: a cell magic that runs the cell, display() while debugging
+TIMED_PROJECT = """%%time
+def project(X, W_q, W_k, W_v):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    display(Q.shape)
+    return Q, K, V
+"""
+
 LOOP_PADDING = """import torch
 
 
@@ -56,6 +64,8 @@ def apply_mask(S, allowed):
     out[~allowed.expand_as(S)] = float("-inf")
     return out
 """
+
+CAPTURED_APPLY_MASK = "%%capture\n" + ITEM_APPLY_MASK
 
 FLOAT64_SOFTMAX = """import torch
 
@@ -168,6 +178,13 @@ def cases() -> list[Case]:
             score=7,
         ),
         Case(
+            "f01_time_magic",
+            "01_projection",
+            "correct, under %%time, calls display() inside",
+            {"ex01_project": TIMED_PROJECT},
+            score=7,
+        ),
+        Case(
             "f04_loop_padding",
             "04_masking",
             "padding_mask with a Python loop over lengths",
@@ -178,6 +195,12 @@ def cases() -> list[Case]:
             "04_masking",
             "apply_mask by boolean indexing on a copy",
             _with("04_masking", ex04_apply_mask=ITEM_APPLY_MASK),
+        ),
+        Case(
+            "f04_captured_mask",
+            "04_masking",
+            "apply_mask in a cell under %%capture",
+            _with("04_masking", ex04_apply_mask=CAPTURED_APPLY_MASK),
         ),
         Case(
             "f05_float64",
