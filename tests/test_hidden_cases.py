@@ -392,3 +392,43 @@ def test_graded_attempts_meet_inputs_of_their_own_and_a_regrade_the_same(gradebo
     assert first == again, (first, again)
     assert len({first, second, other}) == 3, (first, second, other)
     assert all(math.isfinite(float(x)) for x in (first, second, other))
+
+
+def _scores_over_root_8(Q, K):
+    return Q @ K.transpose(-2, -1) / math.sqrt(8)
+
+
+def _attend_over_root_8(Q, K, V, causal=False):
+    S = _scores_over_root_8(Q, K)
+    if causal:
+        S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    return torch.softmax(S, dim=-1) @ V
+
+
+def _attention_over_root_8(Q, K, V, mask=None):
+    S = _scores_over_root_8(Q, K)
+    if mask is not None:
+        S = S.masked_fill(~mask, float("-inf"))
+    A = torch.nan_to_num(torch.softmax(S, dim=-1))  # a query with no allowed key: weights 0
+    return A @ V, A
+
+
+# the scale written as a number, sqrt(8): the head size of most hidden cases (and none of the lessons')
+FIXED_SCALE = {
+    "scaled_scores": _scores_over_root_8,
+    "attention": _attention_over_root_8,
+    "self_attention": lambda X, W_q, W_k, W_v, causal=True: _attend_over_root_8(
+        X @ W_q, X @ W_k, X @ W_v, causal
+    ),
+    "cross_attention": lambda X_dec, X_enc, W_q, W_k, W_v: _attend_over_root_8(
+        X_dec @ W_q, X_enc @ W_k, X_enc @ W_v
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_SCALE))
+def test_a_scale_fixed_at_the_usual_head_size_fails_the_hidden_check(name):
+    """An exercise that scales by sqrt(d_k) is checked with another head size too, so a scale written as
+    sqrt(8) fails it (it earned every hidden point of lessons 03 and 07)."""
+    with pytest.raises(AssertionError, match=r"d_k = 16"):
+        check(name, FIXED_SCALE[name])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from grader.harness import Case, Exercise, Property, Trap
-from grader.lessons._common import gen
+from grader.lessons._common import TK, TQ, B, gen, label, randn
 from grader.lessons.l02_scoring import qk_cases, scores
 
 
@@ -44,9 +44,19 @@ def _divided(Q: torch.Tensor, K: torch.Tensor, by: float) -> torch.Tensor:
     return scores(Q, K) / by
 
 
+OTHER_DK = 16  # a head size besides the cases' usual 8: a divisor fixed at sqrt(8) fails it
+
+
+def _scaled_cases(device: torch.device) -> list[Case]:
+    Q = randn(B, TQ, OTHER_DK, seed=290, device=device)
+    K = randn(B, TK, OTHER_DK, seed=291, device=device)
+    other = Case(label(f"batched 3-D, d_k = {OTHER_DK}", torch.float32, device), (Q, K))
+    return qk_cases(device, seed=200) + [other]
+
+
 SCALED_SCORES = Exercise(
     reference=scaled_scores,
-    cases=lambda device: qk_cases(device, seed=200),
+    cases=_scaled_cases,
     traps=[
         Trap(
             "no scaling at all",

@@ -14,7 +14,7 @@ from grader.harness import Case, Exercise, Trap
 from grader.lessons._common import DK, DM, DV, NEG_INF, TK, TQ, B, H, gen, label, randn, same_mistake
 from grader.lessons.l01_projection import project
 from grader.lessons.l02_scoring import scores
-from grader.lessons.l03_scaling import scaled_scores
+from grader.lessons.l03_scaling import OTHER_DK, scaled_scores
 from grader.lessons.l04_masking import apply_mask, causal_mask, padding_mask
 from grader.lessons.l05_softmax import softmax
 from grader.lessons.l06_mixing import mix
@@ -110,6 +110,13 @@ def _attention_cases(device: torch.device) -> list[Case]:
             label("2-D, random mask, one query with no allowed key", torch.float32, device),
             (Q2, K2, V2),
             {"mask": holes},
+        ),
+        Case(
+            label(f"batched 3-D, causal mask, d_k = {OTHER_DK}", torch.float32, device),
+            tuple(
+                randn(B, TQ, d, seed=713 + i, device=device) for i, d in enumerate((OTHER_DK, OTHER_DK, DV))
+            ),
+            {"mask": causal_mask(TQ, device)},
         ),
     ]
 
@@ -285,6 +292,13 @@ def _self_cases(device: torch.device) -> list[Case]:
         Case(label("batched 3-D, causal (default)", torch.float32, device), (X3, *W)),
         Case(label("2-D, causal=False", torch.float64, device), (X2, *W64), {"causal": False}),
         Case(label("2-D, causal=True", torch.float64, device), (X2, *W64), {"causal": True}),
+        Case(
+            label(f"batched 3-D, causal (default), d_k = {OTHER_DK}", torch.float32, device),
+            (
+                X3,
+                *[randn(DM, d, seed=726 + i, device=device) for i, d in enumerate((OTHER_DK, OTHER_DK, DV))],
+            ),
+        ),
     ]
 
 
@@ -357,6 +371,14 @@ def _cross_cases(device: torch.device) -> list[Case]:
         Case(
             label("2-D, 5 decoder and 4 encoder tokens", torch.float64, device),
             (Xd2, Xe2, *[w.double() for w in W]),
+        ),
+        Case(
+            label(f"batched 3-D, d_k = {OTHER_DK}", torch.float32, device),
+            (
+                Xd,
+                Xe,
+                *[randn(DM, d, seed=748 + i, device=device) for i, d in enumerate((OTHER_DK, OTHER_DK, DV))],
+            ),
         ),
     ]
 
