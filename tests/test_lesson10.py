@@ -338,6 +338,29 @@ def test_student_answers_are_named_in_process(name, source, diagnosis):
     wrong_versions.assert_named_in_process(name, _run_answer(source, name), diagnosis)
 
 
+@pytest.mark.parametrize(
+    "update",
+    [
+        "p -= 0.2 * p.grad\np.grad = None",
+        "p -= 20 * lr * p.grad\np.grad = None",
+        "p -= 0.05 * p.grad\np.grad = None",
+    ],
+    ids=["step too small", "step too large", "step far too small"],
+)
+def test_a_wrong_step_size_is_named_as_no_other_mistake(update):
+    """A loop that resets every gradient and trains every tensor, with its own step size: its run leaves no
+    pattern, blows up or barely moves, as the runs of three named mistakes do, and it made none of them (it
+    was told that only W_v and W_o were trained, to reset its gradients, or that its weights never changed)."""
+    from grader import check
+
+    loop = _run_answer(train_answer(update), "train_head")
+    loop.__globals__.update(head_forward=ref.head_forward, prev_token_loss=ref.prev_token_loss)
+    with pytest.raises(AssertionError) as failed:
+        check("train_head", loop)
+    said = str(failed.value)
+    assert "Its loss went from" in said and "Diagnosis" not in said, said[-600:]
+
+
 RIGHT_SUBMISSIONS = {
     "einsum_logsoftmax_adam": {
         "ex10_head_forward": """
