@@ -363,7 +363,12 @@ def _gqa_cases(device: torch.device) -> list[Case]:
 GROUPED_QUERY_ATTENTION = Exercise(
     reference=grouped_query_attention,
     cases=_gqa_cases,
-    uses={"split_heads": split_heads, "merge_heads": merge_heads},  # graded on their own
+    # graded on their own, multi_head_attention too (a GQA may be written as one with K/V heads repeated)
+    uses={
+        "split_heads": split_heads,
+        "merge_heads": merge_heads,
+        "multi_head_attention": multi_head_attention,
+    },
     traps=[
         Trap(
             "K/V heads were tiled (repeat) instead of grouped (repeat_interleave)",

@@ -125,6 +125,26 @@ NO_TRANSPOSE_SPLIT = """def split_heads(X, n_heads):
 """
 
 # head_forward with the softmax over the queries (a named trap); train_head and the loss are right
+UNSCALED_MHA = """import torch
+
+
+def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+    Q, K, V = (split_heads(X @ W, n_heads) for W in (W_q, W_k, W_v))
+    S = Q @ K.transpose(-2, -1)
+    if causal:
+        T = X.shape[-2]
+        S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=X.device).tril(), float("-inf"))
+    return merge_heads(torch.softmax(S, dim=-1) @ V) @ W_o
+"""
+
+# grouped-query attention as multi-head attention with each K/V head repeated for its group
+GQA_ON_MHA = """def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
+    group, d_model = n_heads // n_kv_heads, W_k.shape[0]
+    W_k = W_k.reshape(d_model, n_kv_heads, -1).repeat_interleave(group, dim=1).reshape(d_model, -1)
+    W_v = W_v.reshape(d_model, n_kv_heads, -1).repeat_interleave(group, dim=1).reshape(d_model, -1)
+    return multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=causal)
+"""
+
 QUERY_SOFTMAX_FORWARD = """import math
 
 import torch
@@ -255,6 +275,19 @@ def cases() -> list[Case]:
             diagnoses={
                 "test08_split_heads_hidden": "reshaped straight to (n_heads, T, d_head) without a transpose"
             },
+        ),
+        Case(
+            "f08_gqa_on_own_mha",
+            "08_multihead",
+            "an unscaled multi_head_attention, and grouped_query_attention written as a call to it",
+            _with(
+                "08_multihead",
+                ex08_multi_head_attention=UNSCALED_MHA,
+                ex08_grouped_query_attention=GQA_ON_MHA,
+            ),
+            # multi_head_attention's own checks; grouped_query_attention is checked with the reference's
+            fails={"test08_multi_head_attention_torch", "test08_multi_head_attention_hidden"},
+            diagnoses={"test08_multi_head_attention_hidden": "the scores were not scaled"},
         ),
         Case(
             "f10_wrong_forward",
