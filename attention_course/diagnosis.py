@@ -80,6 +80,7 @@ _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tens
 _BATCH = re.compile(
     r"Expected size for first two dimensions of batch2 tensor to be: \[(.*?)\] but got: \[(.*?)\]"
 )
+_RANK = re.compile(r"must be a matrix|must be a 3D tensor|expected 2D tensors|expected 3D tensors")
 _EINSUM = re.compile(r"einsum\(\): subscript (\w) has size (\d+)")
 
 
@@ -92,6 +93,13 @@ def explain_shape_error(error: BaseException) -> str | None:
     text = str(error)
     op, shapes = getattr(error, "course_shapes", ("", []))
     both = " and ".join(_shape(s) for s in shapes[:2]) if len(shapes) >= 2 else ""
+    if _RANK.search(text):  # torch.mm or torch.bmm given another number of dimensions: no shape is wrong
+        given = f" (it was given shapes {both})" if both else ""
+        only = "3-D batches of" if "3D" in text or op == "bmm" else "2-D"
+        return (
+            f"torch.{'bmm' if only != '2-D' else 'mm'} multiplies {only} matrices only{given}. Use A @ B "
+            "(torch.matmul), which takes a matrix or any batch of them."
+        )
     if _MATMUL.search(text) or _BATCH.search(text) or op in ("matmul", "mm", "bmm") and both:
         if not both:
             m = _MATMUL.search(text)

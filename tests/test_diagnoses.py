@@ -674,6 +674,23 @@ def test_a_visible_shape_error_names_both_shapes(monkeypatch):
     assert "Diagnosis: K was not transposed." in message
 
 
+def test_torch_mm_on_a_batch_is_put_into_words_as_a_rank_not_a_shape_mismatch(monkeypatch):
+    """torch.mm given a batch: the shapes fit, and the fix is @ (it told the student to look for a transpose)."""
+    from attention_course.checks import diagnosed
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+
+    def project(X, W_q, W_k, W_v):
+        return torch.mm(X, W_q), torch.mm(X, W_k), torch.mm(X, W_v)
+
+    with pytest.raises(AssertionError) as info:
+        with diagnosed("project", project):
+            project(torch.ones(2, 3, 4), *[torch.ones(4, 3)] * 3)
+    message = str(info.value)
+    assert "torch.mm multiplies 2-D matrices only" in message and "Use A @ B" in message, message
+    assert "(2, 3, 4) and (4, 3)" in message and "transpose" not in message, message
+
+
 def test_a_stub_still_says_it_is_not_implemented(monkeypatch):
     from attention_course.checks import diagnosed
 
