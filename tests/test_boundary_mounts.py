@@ -1,12 +1,14 @@
-"""Where a notebook may write, and which of its processes Linux's OOM killer ends first, where grading
-runs as root and where it does not (the last test runs the others again as an ordinary user).
+"""Where a notebook may write, how its files on disk are counted, and which of its processes Linux's OOM
+killer ends first, where grading runs as root and where it does not (the last test runs the others again
+as an ordinary user).
 
 Where grading is not root, student code runs as the grader's own user, and that user owned what
 bubblewrap made for the seal: its root (with the folder the course's runtime modules are imported from),
 /dev and the folder that covers the course. Every notebook forked from the same server shares those, so one
 notebook planted a module there that every later classmate's sandbox imported (their checks then ran none
 of their cells: 0 points, flagged), or kept gigabytes in /dev for the rest of the run. Its processes were
-not the OOM killer's first choice either: their OOM score could not be set.
+not the OOM killer's first choice either: their OOM score could not be set. And a folder it could write
+in but not list hid its files from the watch on its disk use.
 """
 
 from __future__ import annotations
@@ -82,10 +84,48 @@ def test_a_notebooks_processes_are_the_first_the_oom_killer_ends(kernel_settings
     assert "OOM 1000" in _texts(nb), _texts(nb)
 
 
+_HIDE_AND_FILL = (
+    attacks.FORK_EXEC
+    + r"""
+import time
+_shell("mkdir -p .h && chmod 300 .h && for i in 1 2 3 4 5 6; do fallocate -l 256M .h/big$i; done")
+time.sleep(20)
+print("NOT", "STOPPED")
+"""
+)
+
+
+@needs_seal
+@pytest.mark.skipif(os.geteuid() == 0, reason="as root the area is a file system in memory of 1 GiB")
+def test_a_notebook_that_hides_its_files_from_the_disk_watch_is_stopped(gradebook):
+    """Where grading is not root the area is on disk, and the notebook runs as the grader's user: 1.5 GB
+    written in a folder it may write in but not list (mode 300) is counted all the same (it was not, and
+    ran to its time limit), the notebook is stopped and flagged, and its files go."""
+    import time
+
+    from grader.classroom import servers
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    _, template = gradebook
+    nb = _correct_notebook()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(_HIDE_AND_FILL))
+    area = Path(servers.sealed_area())
+    start = time.monotonic()
+    hider = grade_job(
+        Job("hiding_hal", _seal.LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=60))
+    )
+    assert time.monotonic() - start < 15, "the notebook ran on"
+    assert hider.error is None, hider.error
+    assert "NOT STOPPED" not in hider.notebook.decode() and "DiskLimit" in hider.notebook.decode()
+    assert any(flag.endswith("on disk: stopped") or "disk watch" in flag for flag in hider.flags), hider.flags
+    assert not list(area.rglob("big*")), "its files were left"
+    _next_classmate_keeps_full_marks(template)
+
+
 @needs_seal
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
 def test_the_mounts_hold_where_grading_does_not_run_as_root():
     """The tests above, run again by an ordinary user (nobody)."""
     code, said = _tests_as_nobody(__file__, 600)
     assert code == 0, said
-    assert re.search(r"\b2 passed", said) and "failed" not in said, said
+    assert re.search(r"\b3 passed", said) and "failed" not in said, said
