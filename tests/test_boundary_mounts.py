@@ -84,15 +84,21 @@ def test_a_notebooks_processes_are_the_first_the_oom_killer_ends(kernel_settings
     assert "OOM 1000" in _texts(nb), _texts(nb)
 
 
-_HIDE_AND_FILL = (
-    attacks.FORK_EXEC
-    + r"""
-import time
-_shell("mkdir -p .h && chmod 300 .h && for i in 1 2 3 4 5 6; do fallocate -l 256M .h/big$i; done")
+# in Python, as the sandbox runs it too (it starts no programs): 6 files of 256 MiB (each at the file-size
+# limit) in a folder the grader's user may not list
+_HIDE_AND_FILL = r"""
+import os, time
+hidden = os.path.join(os.environ.get("TMPDIR") or os.getcwd(), ".h")
+os.makedirs(hidden, exist_ok=True)
+os.chmod(hidden, 0o300)
+block = b"1" * (8 << 20)
+for i in range(6):
+    with open(os.path.join(hidden, f"big{i}"), "wb") as f:
+        for _ in range(32):
+            f.write(block)
 time.sleep(20)
 print("NOT", "STOPPED")
 """
-)
 
 
 @needs_seal
@@ -100,7 +106,9 @@ print("NOT", "STOPPED")
 def test_a_notebook_that_hides_its_files_from_the_disk_watch_is_stopped(gradebook):
     """Where grading is not root the area is on disk, and the notebook runs as the grader's user: 1.5 GB
     written in a folder it may write in but not list (mode 300) is counted all the same (it was not, and
-    ran to its time limit), the notebook is stopped and flagged, and its files go."""
+    ran to its time limit), the notebook is stopped and flagged, and its files go. Stopped while its kernel
+    still waited at the lesson's first cell, it is graded, not "could not be graded: the lesson's own cell
+    failed before any of the student's code ran" (with no flag), as it was."""
     import time
 
     from grader.classroom import servers
@@ -108,14 +116,17 @@ def test_a_notebook_that_hides_its_files_from_the_disk_watch_is_stopped(gradeboo
 
     _, template = gradebook
     nb = _correct_notebook()
-    nb.cells.insert(1, nbformat.v4.new_code_cell(_HIDE_AND_FILL))
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = (
+        _HIDE_AND_FILL + "\n" + answer.source
+    )  # run first where the checks run, before the kernel's cells
     area = Path(servers.sealed_area())
     start = time.monotonic()
     hider = grade_job(
         Job("hiding_hal", _seal.LESSON, nbformat.writes(nb).encode(), template, options=Options(timeout=60))
     )
     assert time.monotonic() - start < 15, "the notebook ran on"
-    assert hider.error is None, hider.error
+    assert hider.error is None and hider.status == "graded", (hider.status, hider.error)
     assert "NOT STOPPED" not in hider.notebook.decode() and "DiskLimit" in hider.notebook.decode()
     assert any(flag.endswith("on disk: stopped") or "disk watch" in flag for flag in hider.flags), hider.flags
     assert not list(area.rglob("big*")), "its files were left"

@@ -36,7 +36,9 @@ class ApplyVerdicts(NbGraderPreprocessor):
             return nb, resources
         try:
             _after_student_code(resources)
-            reason = _failed_before_student_code(nb, _CONTEXT["lesson"])
+            # stopped for the files it wrote (its code ran, in the sandbox at least): graded as it is
+            written = (_CONTEXT.get("stop") or ("",))[0] == "DiskLimit"
+            reason = None if written else _failed_before_student_code(nb, _CONTEXT["lesson"])
             if reason is not None:
                 _CONTEXT["could_not_grade"] = reason
                 self.log.error(
