@@ -432,7 +432,7 @@ import sys as _s
 
 
 def _wrap_handler():
-    import os, pickle, signal
+    import os, signal
 
     frames, f = {}, _s._getframe()
     while f is not None:
@@ -456,7 +456,7 @@ WRAP
             answer = {"error": {"type": type(e).__name__, "module": "builtins", "message": g["_safe_str"](e)}}
         g["send"](channel[1], g["dump"](answer))
         try:
-            request = pickle.loads(g["receive"](channel[0]))
+            request = g["load"](g["receive"](channel[0]), True)
         except EOFError:
             os._exit(0)
 
@@ -592,6 +592,23 @@ if _box is not None and "serve" in vars(_box):
 
     vars(_box)["handle"] = _answer
     _box.dump.__code__ = _pack.__code__
+"""
+
+# the same where the answers' bytes are made: a function of the wire's module rebound (it says the call used
+# no ruled-out function)
+FORGED_WIRE = r"""
+import sys as _s
+
+_wire = _s.modules.get("course_runtime." + "wire") or _s.modules.get("grader.classroom." + "wire")
+if _wire is not None:
+    _made = _wire._tree
+
+    def _tree(x, blobs, seen, copy):
+        if isinstance(x, dict) and "called" in x:
+            x = {**x, "called": []}
+        return _made(x, blobs, seen, copy)
+
+    _wire._tree = _tree
 """
 
 # lesson 01: right results, and the caller's X emptied in place (the checks' rule: inputs stay as they were)

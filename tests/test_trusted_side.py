@@ -364,6 +364,28 @@ def test_answers_the_students_code_rewrites_in_the_sandbox_earn_nothing_and_are_
 
 
 @needs_seal
+def test_an_answer_whose_bytes_the_students_code_rewrites_earns_nothing_and_is_flagged(softmax_gradebook):
+    """The answers' bytes are made by the sandbox's ``wire`` module; code that rebound one of its functions
+    to say that a call used no ruled-out function is put back before the answer is made, and flagged."""
+    from grader.classroom.autograde import Job, Options, grade_job
+    from grader.classroom.independent import WATCH_CHANGED
+
+    lesson = "05_softmax"
+    nb = filled(
+        course.ROOT / "notebooks" / lesson / f"{lesson}.ipynb",
+        {**solution_sources(lesson), "ex05_softmax": attacks.RULED_OUT_SOFTMAX + attacks.FORGED_WIRE},
+    )
+    job = Job(
+        "wired_wanda", lesson, nbformat.writes(nb).encode(), softmax_gradebook, options=Options(timeout=30)
+    )
+    result = grade_job(job)
+    assert result.error is None, result.error
+    assert {c.grade_id: c.score for c in result.cells}["test05_softmax_hidden"] == 0
+    changed = [f for f in result.flags if f.startswith(WATCH_CHANGED)]
+    assert changed and "wire._tree" in changed[0], result.flags
+
+
+@needs_seal
 def test_a_sandbox_slow_to_answer_fails_its_own_checks_before_the_notebooks_limit(gradebook):
     """A sandbox that sends half an answer and stops, or answers every call just under its time limit,
     made the checks outlast the notebook: the notebook's limit then struck in the lesson's own first cell,

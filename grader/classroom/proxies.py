@@ -1,7 +1,7 @@
 """The trusted side's stand-ins for the student's code (``grader.classroom.trusted``).
 
 ``Sandbox`` is the handle on the sandbox process; a ``Proxy`` stands in for one student function,
-each call sent to the sandbox as data and answered with data (``torch.load(weights_only=True)``),
+each call sent to the sandbox as data and answered with data (``wire.load``),
 serving the callbacks to the reference meanwhile; what comes back that is not data becomes an
 ``Opaque`` that says where it came from, and a student's error is rebuilt by name and message.
 """
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import io
 import os
-import pickle
 import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from grader.classroom.sandbox import MAX_MESSAGE, plain, receive, send, tensors
+from grader.classroom.wire import MAX_MESSAGE, dump, load, plain, receive, send, tensors
 
 
 class SandboxGone(RuntimeError):
@@ -75,12 +73,12 @@ class Sandbox:
         self.changed: list[str] = []
 
     def request(
-        self, message: tuple, timeout: float, callbacks: dict[str, Callable[..., Any]] | None = None
+        self, message: tuple | bytes, timeout: float, callbacks: dict[str, Callable[..., Any]] | None = None
     ) -> dict:
-        """Send one request and return its answer, serving the callbacks it makes meanwhile."""
+        """Send one request (or its ``dump``) and return its answer, serving the callbacks it makes meanwhile."""
         if self.gone:
             raise SandboxGone(self.gone)
-        self._send(pickle.dumps(message), timeout)
+        self._send(message if isinstance(message, bytes) else dump(message, copy=False), timeout)
         graphs: dict[int, tuple[list, list]] = {}  # what a callback's backward pass needs, by key
         while True:
             answer = self._receive(timeout)
@@ -110,7 +108,6 @@ class Sandbox:
             raise SandboxGone(self.gone) from None
 
     def _receive(self, timeout: float) -> Any:
-        import torch
 
         deadline, late = self._limit(timeout)
         try:  # all of the answer by then (none, or half of one, is as late)
@@ -127,7 +124,7 @@ class Sandbox:
             self.kill(f"the student's code sent back too much data ({e})")
             raise SandboxGone(self.gone) from None
         try:
-            answer = torch.load(io.BytesIO(payload), weights_only=True)
+            answer = load(payload)
             said = "" if isinstance(answer, dict) else f"an answer of type {type(answer).__name__}"
         except Exception as e:  # noqa: BLE001 - an answer that is not plain data
             said = f"unreadable result: {e}"
@@ -174,7 +171,7 @@ class Sandbox:
                     reply = {"value": plain(_portable(value)), "key": key}
         except Exception as e:  # noqa: BLE001 - the error goes back as data
             reply = {"error": {"type": type(e).__name__, "message": _message(e)}}
-        self._send(pickle.dumps(reply), timeout)
+        self._send(dump(reply, copy=False), timeout)
 
     def kill(self, why: str) -> None:
         self.gone = self.gone or why
@@ -407,12 +404,12 @@ class Proxy:
         if measure:  # a cell measures the work (e.g. the largest tensor made): measure it where it runs
             message += (True,)
         try:
-            pickle.dumps(message)
+            payload = dump(message, copy=False)
         except Exception as e:  # noqa: BLE001 - inputs that only make sense in this process
             raise Unverifiable(
                 f"its inputs cannot be sent outside the notebook ({type(e).__name__})"
             ) from None
-        answer = self._sandbox.request(message, self._timeout + 5, callbacks=dict(self._substitutes))
+        answer = self._sandbox.request(payload, self._timeout + 5, callbacks=dict(self._substitutes))
         for name in answer.get("called") or []:
             if name in self._forbidden and name not in self._called:
                 self._called.append(name)

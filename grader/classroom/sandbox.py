@@ -9,9 +9,8 @@ code, it caps its memory and CPU time, forgets and refuses the ``grader``
 package, and installs the guard's audit hook: it can read only the Python
 installation, the student helpers and data, and its own scratch folder.
 
-The trusted process sends requests (pickled: they come from trusted code) over
-a pipe; the sandbox answers with ``torch.save`` payloads that the trusted side
-reads with ``weights_only=True``, so nothing the student made can run there:
+The trusted process sends requests over a pipe; the sandbox answers with data
+(``wire``), so nothing the student made can run there:
 
 - ``("run", [(label, source), ...])``: execute cells in order, errors tolerated;
 - ``("names", [name, ...])``: which names exist, and which are callable;
@@ -41,20 +40,16 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import io
 import linecache
 import os
-import pickle
 import re
-import select
 import signal
-import struct
 import sys
-import time
 import types
 from typing import Any
 
-MAX_MESSAGE = 256 << 20  # bytes: a bigger answer is refused by the trusted side
+from . import wire
+from .wire import dump, load, plain, receive, send, tensors, with_tensors
 
 # the built-ins this module relies on, bound now: a student who patches ``builtins`` later
 # must not be able to change how the answers are made
@@ -63,86 +58,6 @@ type = builtins.type  # noqa: A001
 callable = builtins.callable  # noqa: A001
 getattr = builtins.getattr  # noqa: A001
 hasattr = builtins.hasattr  # noqa: A001
-
-# ------------------------------------------------------------------ framing
-
-
-def send(fd: int, payload: bytes, deadline: float | None = None) -> None:
-    """One message; with ``deadline`` (``fd`` non-blocking), all of it taken by then, or ``TimeoutError``."""
-    view = memoryview(struct.pack("<Q", len(payload)) + payload)
-    while view:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and (left <= 0 or not select.select([], [fd], [], left)[1]):
-            raise TimeoutError("the other side did not take its message in time")
-        with contextlib.suppress(BlockingIOError):
-            view = view[os.write(fd, view) :]
-
-
-def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes:
-    chunks = []
-    while n:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and (left <= 0 or not select.select([fd], [], [], left)[0]):
-            raise TimeoutError("the other side did not finish its message in time")
-        chunk = os.read(fd, min(n, 1 << 20))
-        if not chunk:
-            raise EOFError("the other side closed the pipe")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def receive(fd: int, limit: int = MAX_MESSAGE, deadline: float | None = None) -> bytes:
-    """One message; by ``deadline`` (``time.monotonic()``), all of it, or ``TimeoutError``."""
-    (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
-    if n > limit:
-        raise ValueError(f"message of {n} bytes is over the limit of {limit}")
-    return _read_exact(fd, n, deadline)
-
-
-# ------------------------------------------------------------------ values
-
-
-def plain(x: Any, depth: int = 0) -> Any:
-    """A copy of x made only of what ``torch.load(weights_only=True)`` accepts.
-
-    Anything else becomes ``{"__opaque__": type name}`` so that the checks can
-    still say what the student returned.
-    """
-    import torch
-
-    if depth > 32:
-        return {"__opaque__": "deeply nested value"}
-    if isinstance(x, torch.Tensor):
-        t = x.detach()
-        return t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
-    if x is None or type(x) in (bool, int, float, str):
-        return x
-    if isinstance(x, (torch.dtype, torch.device)):
-        return x
-    if isinstance(x, torch.Size):
-        return tuple(int(v) for v in x)
-    for kind in (int, float, str):  # subclasses (numpy.float64, an IntEnum) as the plain type
-        if isinstance(x, kind):
-            return kind(x)
-    if type(x).__module__ == "numpy" and hasattr(x, "item") and getattr(x, "ndim", None) == 0:
-        return plain(x.item(), depth + 1)
-    if isinstance(x, tuple):
-        return tuple(plain(v, depth + 1) for v in x)
-    if isinstance(x, list):
-        return [plain(v, depth + 1) for v in x]
-    if isinstance(x, dict):
-        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in x.items()}
-    return {"__opaque__": type(x).__name__}
-
-
-def dump(obj: Any) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
 
 # ------------------------------------------------------------------ running cells
 
@@ -264,12 +179,12 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
     _keep_watch()
     # held here, before any student code: what that code rebinds or recodes in this module never answers
     kept, check, code = tuple(_WATCH_AS_LOADED), _put_watch_back, _put_watch_back.__code__
-    answer_to, pack, post, take = handle, dump, send, receive
+    answer_to, pack, post, take, read = handle, dump, send, receive, load
     while True:
         check.__code__, _WATCH_AS_LOADED[:] = code, kept
         check()  # this module and the watch as loaded (a change noted, for the trusted side to flag)
         try:
-            request = pickle.loads(take(rfd))
+            request = read(take(rfd), True)
         except EOFError:
             return
         try:
@@ -281,38 +196,10 @@ def serve(rfd: int, wfd: int, cfg: dict) -> None:
         post(wfd, payload)
 
 
-def tensors(x: Any) -> list:
-    """Every tensor in a value made of tuples, lists and dicts, in a fixed order (both sides agree on it)."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in tensors(v)]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in tensors(v)]
-    return []
-
-
-def with_tensors(x: Any, new: Any) -> Any:
-    """x with its tensors replaced, in the order of ``tensors(x)``, by those ``new`` (an iterator) yields."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return next(new)
-    if isinstance(x, tuple):
-        return tuple(with_tensors(v, new) for v in x)
-    if isinstance(x, list):
-        return [with_tensors(v, new) for v in x]
-    if isinstance(x, dict):
-        return {k: with_tensors(v, new) for k, v in x.items()}
-    return x
-
-
 def _ask(channel: tuple[int, int], message: dict) -> dict:
     rfd, wfd = channel
     send(wfd, dump(message))
-    reply = pickle.loads(receive(rfd))
+    reply = load(receive(rfd), True)
     if "error" in reply:
         info = reply["error"]
         cls = getattr(builtins, str(info.get("type")), None)
@@ -415,8 +302,8 @@ CANARY = "__course_canary__"  # the trusted side's call after the student's, whi
 
 
 def _keep_watch() -> None:
-    """Note the rules' watch (``attention_course.watch``, its classes, PyTorch's ``TorchFunctionMode``) and this
-    module, which makes the answers, as loaded, before the student's code runs: each call puts back what that
+    """Note the rules' watch (``attention_course.watch``, its classes, PyTorch's ``TorchFunctionMode``), this
+    module and ``wire``, which make the answers, as loaded, before the student's code runs: each call puts back what that
     code changed in them, functions' code included."""
     global _WATCH
     from torch.overrides import TorchFunctionMode
@@ -424,7 +311,7 @@ def _keep_watch() -> None:
     from attention_course import watch
 
     _WATCH, module = watch, _THIS
-    owners = [watch, module, TorchFunctionMode] + [
+    owners = [watch, module, wire, TorchFunctionMode] + [
         v
         for v in vars(watch).values()
         if getattr(v, "__module__", "") == watch.__name__ and isinstance(v, type)

@@ -30,7 +30,9 @@ from pathlib import Path
 OFF_VARIABLE = "ATTENTION_COURSE_NO_SEAL"
 RUNTIME = "/opt/course_runtime"  # where the runtime package is mounted inside the seal
 RUNTIME_PACKAGE = "course_runtime"
-RUNTIME_MODULES = tuple("__init__.py guard.py sandbox.py fork_server.py seccomp.py boundary.py".split())
+RUNTIME_MODULES = tuple(
+    "__init__.py guard.py sandbox.py wire.py fork_server.py seccomp.py boundary.py".split()
+)
 SEALED = "sealed"
 NOT_SEALED = "not sealed"
 

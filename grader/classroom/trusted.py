@@ -10,8 +10,8 @@ again in a process the student's code never ran in:
 - every function the student writes is a *proxy*: calling it sends the
   arguments to the sandbox, which runs the student's own cells (in step with
   the notebook, so each test sees the code written above it) and sends back
-  only data (tensors, numbers, strings, containers) that is read with
-  ``torch.load(weights_only=True)``;
+  only data (tensors, numbers, strings, containers), read as data only
+  (``wire.load``);
 - ``grader.check`` and the reference run here, untouched; a rule such as "do
   not call torch.softmax" is watched in the sandbox (``proxy.forbidding``);
 - while a check holds ``proxy.substituted({"attention": reference})``, the

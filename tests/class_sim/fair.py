@@ -159,6 +159,29 @@ def head_forward(params, X):
     return (A @ V) @ params["W_o"], A
 """
 
+# one sequence at a time: 64 calls of head_forward and of prev_token_loss a step, each the reference's while
+# graded, across the sandbox's pipes (50,000 calls in a check of 200 steps)
+LOOP_TRAIN_HEAD = """def train_head(steps=200, lr=1.0, seed=0):
+    params = init_params(seed)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        tokens = make_batch(BATCH, generator)
+        X = embed(tokens)
+        total = 0.0
+        for b in range(tokens.shape[0]):
+            logits, _ = head_forward(params, X[b])
+            total = total + prev_token_loss(logits, tokens[b])
+        loss = total / tokens.shape[0]
+        loss.backward()
+        with torch.no_grad():
+            for p in params.values():
+                p -= lr * p.grad
+                p.grad = None
+        losses.append(loss.item())
+    return params, losses
+"""
+
 # swallows every failing check in the notebook, and hands the check objects instead of caches
 SWALLOWING_OPAQUE_CACHE = """import contextlib
 
@@ -288,6 +311,12 @@ def cases() -> list[Case]:
             # multi_head_attention's own checks; grouped_query_attention is checked with the reference's
             fails={"test08_multi_head_attention_torch", "test08_multi_head_attention_hidden"},
             diagnoses={"test08_multi_head_attention_hidden": "the scores were not scaled"},
+        ),
+        Case(
+            "f10_loop_over_sequences",
+            "10_learning",
+            "train_head that runs the head and the loss one sequence at a time",
+            _with("10_learning", ex10_train_head=LOOP_TRAIN_HEAD),
         ),
         Case(
             "f10_wrong_forward",
