@@ -691,6 +691,18 @@ def test_torch_mm_on_a_batch_is_put_into_words_as_a_rank_not_a_shape_mismatch(mo
     assert "(2, 3, 4) and (4, 3)" in message and "transpose" not in message, message
 
 
+def test_a_flipped_mask_filled_with_minus_1e9_is_named_in_the_students_own_idiom():
+    """masked_fill(allowed, -1e9) gives what S + allowed * -1e9 gives: the visible check named the mistake
+    as "(1 - mask) * -1e9 with the opposite polarity", an idiom the student never wrote."""
+    from attention_course.diagnosis import diagnose
+
+    for source in ("S.masked_fill(allowed, -1e9)", "S + allowed.float() * -1e9"):
+        apply_mask = eval(f"lambda S, allowed: {source}")
+        name, hint = diagnose("apply_mask", apply_mask)
+        assert name == "the mask polarity is inverted, and the fill is -1e9 instead of -inf", (source, name)
+        assert "fill where allowed is False, and with -inf" in hint, hint
+
+
 def test_a_stub_still_says_it_is_not_implemented(monkeypatch):
     from attention_course.checks import diagnosed
 

@@ -249,8 +249,9 @@ APPLY_MASK = Exercise(
             example="return S + (1 - allowed.float()) * -1e9",
         ),
         Trap(
-            "(1 - mask) * -1e9 with the opposite polarity",
-            "That idiom comes from code where 1 = blocked; here True = may look, and the fill is -inf.",
+            "the mask polarity is inverted, and the fill is -1e9 instead of -inf",
+            "True means 'may look': fill where allowed is False, and with -inf (the idiom (1 - mask) * -1e9 "
+            "comes from code where 1 = blocked).",
             lambda S, allowed: S + allowed.to(S.dtype) * -1e9,
             example="return S + allowed.float() * -1e9",
         ),
