@@ -610,6 +610,24 @@ def test_scores_divided_by_sqrt_d_v_fail_a_visible_check(lesson, monkeypatch):
         assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
 
 
+@pytest.mark.slow
+def test_a_scale_fixed_at_sqrt_8_fails_the_check_against_torchs_attention(monkeypatch):
+    """test07_attention_sdpa compared with scaled_dot_product_attention on heads of size 8 only, where a scale
+    written as math.sqrt(8) is right: its 2 points were earned by an attention that is wrong on every other size."""
+    fixed = _code("""
+        def attention(Q, K, V, mask=None):
+            S = Q @ K.mT / math.sqrt(8)
+            if mask is not None:
+                S = S.masked_fill(~mask, float("-inf"))
+            A = torch.softmax(S, dim=-1).nan_to_num(0.0)
+            return A @ V, A
+    """)
+    nb = _run("07_one_head", {"ex07_attention": fixed}, monkeypatch, grading=None)
+    _ran_to_the_end("07_one_head", nb)
+    flat = " ".join(_stdout(_cell(nb, "test07_attention_sdpa")).replace("|", " ").split())
+    assert "FAILED: this check of `attention`" in flat and "scaled_dot_product_attention" in flat, flat
+
+
 # a function with the right numbers that breaks a rule the lesson states: (lesson, answers, the check that
 # fails, words of its message, the other checks of the function, which pass)
 RULES = [
