@@ -144,6 +144,39 @@ def test_plain_values_survive_the_way_back_from_the_sandbox():
     assert type(back[2]).__name__ == "ndarray" and back[3] == (3,)
 
 
+def _wire(tree: object, tail: bytes = b"") -> bytes:
+    """A message as a sandbox could write it by hand: the wire's header, a JSON tree, tensors' bytes."""
+    import json
+    import struct
+
+    doc = json.dumps(tree).encode()
+    return b"ACW1" + struct.pack("<Q", len(doc)) + doc + tail
+
+
+@pytest.mark.parametrize("dtype", ["qint8", "quint8", "qint32", "quint4x2", "float8_e4m3fn", "bits8"])
+def test_the_wire_builds_no_tensor_of_a_dtype_it_does_not_carry(dtype):
+    """A qint8 tensor built from a sandbox's bytes ended the trusted process (a segmentation fault): every
+    check of the notebook 'could not be run outside the notebook', unflagged. Such bytes are refused."""
+    from grader.classroom.wire import load
+
+    with pytest.raises(ValueError, match="do not fit"):
+        load(_wire(["d", "value", ["T", 0, dtype, [1], "cpu", False, 1]], b"\0"))
+
+
+def test_the_wire_builds_no_dict_whose_keys_share_a_hash():
+    """20,000 int keys of one hash (multiples of 2**61 - 1) took 6 s to read and 12 s more to decode, a
+    notebook's time limit for a few MB; a key whose hash can be chosen is refused, and plain keys come."""
+    from grader.classroom.wire import dump, load
+
+    p = (1 << 61) - 1
+    with pytest.raises(ValueError, match="hash"):
+        load(_wire(["d", "value", ["d"] + [x for k in range(1, 20_001) for x in (k * p, 0)]]))
+    with pytest.raises(ValueError, match="hash"):
+        load(_wire(["d", 0.5, 1]))
+    value = {"W_q": 1, 2: None, (1, "x"): True, None: 3, -5: "y"}
+    assert load(dump(plain(value))) == value
+
+
 def test_rebuilt_errors_keep_type_and_message():
     e = rebuild_error({"type": "NotImplementedError", "module": "builtins", "message": ""})
     assert isinstance(e, NotImplementedError)
