@@ -113,3 +113,18 @@ def test_export_reports_and_names_a_gradebook_row_changed_by_hand(crafted, tmp_p
     subs = {r["student"]: r for r in csv.DictReader(paths["submissions"].open())}
     for case in CASES:
         assert (subs[case.student]["status"], subs[case.student]["max_score"]) == (case.status, "7.0")
+
+
+def test_test_cells_pasted_above_the_answer_cost_nothing_on_plain_nbgrader_either(crafted):
+    """The same submission autograded by plain nbgrader (the formgrader's button): 7 of 7, cell by cell
+    as the tool gave (it was 0 of 7 on both paths)."""
+    records, _ = crafted
+    student, twin = "x01_tests_pasted_above", "plain_x01_tests_pasted_above"
+    dest = course.submission_path(spec.L1, twin)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(course.submission_path(spec.L1, student), dest)
+    plain = course.autograde(spec.L1, twin)
+    assert plain["score"] == records[student]["score"] == 7.0
+    assert {gid: score for gid, (score, _) in plain["grades"].items()} == {
+        c["grade_id"]: c["score"] for c in records[student]["cells"]
+    }

@@ -778,6 +778,22 @@ def test_repair_gives_the_release_cells_and_points(craft, note):
         assert sum(1 for c in nb.cells if "def project" in c.source) == 2
 
 
+def test_test_cells_pasted_above_the_answer_leave_the_release_ones_after_it():
+    """With no cell id of the lesson's to go by, the copy that runs is the one after the answer, as in the
+    release: copies tried out above the answer ran before it was defined and scored 0 of 7."""
+    from grader.classroom import cells
+    from tests.class_sim import crafts
+
+    nb = _student_nb()
+    crafts._tests_pasted_above(nb)
+    notes = cells.repair(nb, lessons.lesson("01_projection").release)
+    gids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+    tests = [i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(tests) == 3 and min(tests) > gids.index("ex01_project"), gids
+    assert not any(c["id"].startswith("tried-first") for c in nb.cells)
+    assert sum("test cell duplicated (the copy was removed)" in n for n in notes) == 3, notes
+
+
 def test_an_untouched_submission_needs_no_repair():
     from grader.classroom import cells
 

@@ -7,8 +7,9 @@ cell id, then (for a test cell whose metadata was removed) by its source:
 - a test cell turned into an answer cell, given other points, or otherwise
   re-labelled gets the release's metadata and source back (points always come
   from the release);
-- duplicated grade ids: one cell keeps the role; a copy of a test cell is
-  removed, a copy of an answer cell runs as ordinary code;
+- duplicated grade ids: one cell keeps the role (the copy most like the
+  release, then the first after the release cell before it); a copy of a test
+  cell is removed, a copy of an answer cell runs as ordinary code;
 - a cell with a grade id the release does not know (a renamed test cell) is
   removed if it claims to be a test, otherwise runs as ordinary code; the test
   cell it replaced is then missing and is put back from the source;
@@ -111,16 +112,20 @@ def repair(nb: Any, release: list[ReleaseCell]) -> list[str]:
     dropped: set[int] = set()
     held: set[int] = set()
 
-    # 1. by grade id; a duplicated id keeps the copy most like the release
+    # 1. by grade id; a duplicated id keeps the copy most like the release, then the first one after
+    # the release cell before it (a test cell's copy pasted above its answer does not run in its place)
     groups: dict[str, list[int]] = defaultdict(list)
     for i, cell in enumerate(cells):
         gid = _grade_id(cell)
         if gid in by_name:
             groups[gid].append(i)
+    order = [r.name for r in release]
     for name, found in groups.items():
         rel = by_name[name]
+        earlier = (groups[e] for e in reversed(order[: order.index(name)]) if len(groups.get(e, ())) == 1)
+        after = next(earlier, [-1])[0]
 
-        def likeness(i: int, rel: ReleaseCell = rel) -> tuple:
+        def likeness(i: int, rel: ReleaseCell = rel, after: int = after) -> tuple:
             c = cells[i]
             src = _source(c).strip()
             return (
@@ -128,6 +133,7 @@ def repair(nb: Any, release: list[ReleaseCell]) -> list[str]:
                 c.get("cell_type") != rel.cell_type,
                 bool(_changes(c, rel)),
                 rel.locked and src not in (rel.source.strip(), rel.student_source.strip()),
+                i < after,
                 i,
             )
 

@@ -45,6 +45,18 @@ def _duplicate_test(nb: nbformat.NotebookNode) -> None:
     nb.cells.insert(nb.cells.index(cell), twin)  # the copy comes first
 
 
+def _tests_pasted_above(nb: nbformat.NotebookNode) -> None:
+    """Every cell given a new id (pasted into a new notebook, as some platforms save), and a copy of each
+    test cell pasted above the answer (to try it first): the copies run before the answer exists."""
+    _new_ids(nb)
+    answer = _cell(nb, "ex01_project")
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c is not answer]
+    for i, cell in enumerate(tests):
+        twin = copy.deepcopy(cell)
+        twin["id"] = f"tried-first-{i}"
+        nb.cells.insert(nb.cells.index(answer), twin)
+
+
 def _duplicate_answer(nb: nbformat.NotebookNode) -> None:
     cell = _cell(nb, "ex01_project")
     twin = copy.deepcopy(cell)
@@ -133,6 +145,15 @@ def cases() -> list[Case]:
             fails=V01,
             status="repaired",
             score=1,
+            notes=(f"{HIDDEN01}: test cell duplicated",),
+        ),
+        _case(
+            "x01_tests_pasted_above",
+            "new cell ids, a copy of every test cell pasted above the answer, correct answer",
+            sol,
+            _tests_pasted_above,
+            status="repaired",
+            score=7,
             notes=(f"{HIDDEN01}: test cell duplicated",),
         ),
         _case(
