@@ -12,7 +12,6 @@ to: results keep the inputs' dtype and device, and inputs are never changed in p
 from __future__ import annotations
 
 import contextlib
-import inspect
 import io
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +26,7 @@ from attention_course.diagnosis import (
     _codes,
     _where_raised,
     _wrapped,
+    call_keeping_inputs,
     diagnosed,
     graded,
     stub_name,
@@ -248,24 +248,9 @@ def _call_words(fn: Callable, args: tuple, kwargs: dict) -> str:
 
 def expect_inputs_unchanged(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Call fn(*args, **kwargs), assert it changed none of its tensor arguments in place; return its result."""
-    before = [(name, value, value.detach().clone()) for name, value in _arguments(fn, args, kwargs)]
-    result = fn(*args, **kwargs)
-    for name, value, copy in before:
-        same = value.shape == copy.shape and bool(((value == copy) | (value.isnan() & copy.isnan())).all())
-        assert same, (
-            f"{_name(fn)} changed its argument `{name}` in place (masked_fill_, fill_, += ...): "
-            "return a new tensor and leave the inputs as they were."
-        )
+    result, changed = call_keeping_inputs(fn, args, kwargs)
+    assert changed is None, changed
     return result
-
-
-def _arguments(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
-    """The tensor arguments of a call, each with its parameter's name (or its position)."""
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        bound = {f"input {i + 1}": a for i, a in enumerate(args)} | kwargs
-    return [(name, value) for name, value in bound.items() if isinstance(value, torch.Tensor)]
 
 
 # ------------------------------------------------------------------ the lessons' example cells

@@ -25,6 +25,8 @@ checked on top of correct versions of the earlier ones, and ``watch_shapes`` /
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import io
 import json
 import linecache
@@ -43,7 +45,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from attention_course.watch import CallWatch
+from attention_course.watch import CallWatch, Watched
 
 MISTAKES = Path(__file__).with_name("mistakes.json")
 
@@ -470,6 +472,61 @@ class RuleWatch(CallWatch):
         return self._run(func, args, kwargs or {}, sys._getframe(1))
 
 
+def _tensor_arguments(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
+    """The tensor arguments of a call, each with its parameter's name (or its position)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {f"input {i + 1}": a for i, a in enumerate(args)} | kwargs
+    return [(name, value) for name, value in bound.items() if isinstance(value, torch.Tensor)]
+
+
+def call_keeping_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
+    """Call fn(*args, **kwargs); return its result, and what it changed in place among its tensor
+    arguments (None if nothing): the hidden checks fail a check whose calls changed what it gave them."""
+    tensors = [(n, v) for n, v in _tensor_arguments(fn, args, kwargs) if not isinstance(v, Watched)]
+    before = [
+        (n, v, v.detach().clone()) for n, v in tensors if not v.is_meta
+    ]  # (lesson 11's watch reads its own)
+    result = fn(*args, **kwargs)
+    for name, value, copy in before:
+        if not (value.shape == copy.shape and bool(((value == copy) | (value.isnan() & copy.isnan())).all())):
+            who = getattr(fn, "__name__", None) or type(fn).__name__
+            return result, (
+                f"{who} changed its argument `{name}` in place (masked_fill_, fill_, += ...): "
+                "return a new tensor and leave the inputs as they were."
+            )
+    return result, None
+
+
+@contextlib.contextmanager
+def inputs_watched(cell: types.FrameType, name: str, fn: Callable, changed: list[str]) -> Iterator[None]:
+    """While active, the notebook's ``name`` (when it is ``fn``, a function of its own) notes in ``changed``
+    what a call by the check changes in place among its tensor arguments, as the hidden checks see it (a
+    call by another of the notebook's functions passes what that function made: it is not looked at)."""
+    space, own = cell.f_globals, cell.f_code.co_filename
+    if not isinstance(fn, types.FunctionType) or space.get(name) is not fn:
+        yield
+        return
+
+    @functools.wraps(fn)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        by = sys._getframe(1)
+        if by.f_globals is space and by.f_code.co_filename != own:
+            return fn(*args, **kwargs)
+        result, what = call_keeping_inputs(fn, args, kwargs)
+        if what is not None and not changed:
+            changed.append(what)
+        return result
+
+    space[name] = watched
+    try:
+        yield
+    finally:
+        if space.get(name) is watched:
+            space[name] = fn
+
+
 # ------------------------------------------------------------------ where the visible checks stand
 
 # One entry per visible check run in this kernel, keyed by where the check sits in its cell (running a
@@ -559,7 +616,8 @@ def diagnosed(name: str, fn: Callable) -> Iterator[None]:
     session it reports and goes on: the failure is printed as a box (a stub says "not done yet") and
     the cells below still run; ``where_you_stand`` lists it. There, too, the exercise's stated rules
     are watched (``RuleWatch``): a call the exercise rules out fails the check with the rule's words,
-    as the hidden check fails it when the notebook is graded.
+    as the hidden check fails it when the notebook is graded; and so does a call of the function that
+    changes the check's own tensors in place (``inputs_watched``), as the checks outside the kernel do.
     """
     caller = sys._getframe(2)  # the cell that holds the with-statement (past contextlib's __enter__)
     where = (caller.f_code.co_filename, caller.f_lineno)
@@ -569,12 +627,17 @@ def diagnosed(name: str, fn: Callable) -> Iterator[None]:
     rules = None
     if forbidden and not graded():
         rules = RuleWatch(list(forbidden), fn, [caller.f_globals.get(u) for u in uses])
+    changed: list[
+        str
+    ] = []  # what the check's calls of fn changed in place (graded: the checks outside see it)
     try:
         with contextlib.ExitStack() as watches:
             if known:
                 watches.enter_context(watch_shapes())
             if rules is not None:
                 watches.enter_context(rules)
+            if not graded():
+                watches.enter_context(inputs_watched(caller, name, fn, changed))
             yield
     except Exception as e:
         stub = stub_name(e)
@@ -600,6 +663,10 @@ def diagnosed(name: str, fn: Callable) -> Iterator[None]:
                 message = str(e) or "The check failed (its assert carries no message)."
             else:
                 message = f"{type(e).__name__}: {e}\n{_where_raised(e)}".strip()
+            if changed:  # the likely cause: the check's own inputs were changed by an earlier call
+                message = message if changed[0] in message else f"{changed[0]}\n{message}"
+                detail = changed[0]
+                CHECKS[where] = (name, "fail", detail)
             if mistake:
                 CHECKS[where] = (name, "fail", f"{detail} (diagnosis: {mistake})")
             print(failure_box(name, message, "Graded as it is, this check fails."))
@@ -610,5 +677,9 @@ def diagnosed(name: str, fn: Callable) -> Iterator[None]:
         print(
             failure_box(name, message, f"Graded as it is, the hidden check of `{name}` fails on this call.")
         )
+        return
+    if changed:
+        CHECKS[where] = (name, "fail", changed[0])
+        print(failure_box(name, changed[0], "Graded as it is, this check fails."))
         return
     CHECKS[where] = (name, "pass", "")

@@ -24,7 +24,7 @@ import pytest
 
 from grader import course
 from tests.class_sim.fair import UNSCALED_ATTENTION
-from tests.nbtools import ROOT, filled, run_in_kernel, solution_sources
+from tests.nbtools import ROOT, filled, grading_work, run_in_kernel, solution_sources
 
 
 def _code(source: str) -> str:
@@ -661,7 +661,7 @@ RULES = [
         },
         "test09_kv_cache_step_hidden",
         "kv_cache_step changed its argument `K_cache` in place",
-        ["test09_kv_cache_step_shapes", "test09_kv_cache_step_values"],
+        [],  # its shapes and values checks fail on this too, as graded (``IN_PLACE`` below)
     ),
 ]
 
@@ -681,6 +681,69 @@ def test_a_broken_dtype_or_in_place_rule_fails_a_visible_check(
     for other in others:
         assert "FAILED" not in _stdout(_cell(nb, other)), f"{lesson}:{other}:\n{_stdout(_cell(nb, other))}"
     assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+
+
+# right numbers from a function that changes what a check gives it in place: (lesson, its answer, the words
+# of the first check that fails). Graded, every check whose calls changed their inputs fails; in a student's
+# session the visible checks said "passed" for most of them, and the grade flagged them as tampering
+IN_PLACE = [
+    (
+        "03_scaling",
+        {
+            "ex03_scaled_scores": "def scaled_scores(Q, K):\n    Q.div_(Q.shape[-1] ** 0.5)\n    return Q @ K.mT\n"
+        },
+        "scaled_scores changed its argument `Q` in place",
+    ),
+    (
+        "05_softmax",
+        {
+            "ex05_softmax": _code("""
+                def softmax(Z, dim=-1):
+                    m = Z.amax(dim=dim, keepdim=True)
+                    Z -= torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+                    Z.exp_()
+                    s = Z.sum(dim=dim, keepdim=True)
+                    return Z / torch.where(s > 0, s, torch.ones_like(s))
+            """)
+        },
+        "softmax changed its argument `Z` in place",
+    ),
+    (RULES[2][0], RULES[2][1], RULES[2][3]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson, answers, words", IN_PLACE, ids=[c[0] for c in IN_PLACE])
+def test_inputs_changed_in_place_fail_the_visible_checks_the_grade_fails(
+    lesson, answers, words, monkeypatch, tmp_path
+):
+    """What a student's session says before hand-in is what the grade says: every check of the function whose
+    calls changed the check's inputs fails in both, with the same words, and the grade's flag says why."""
+    from grader.classroom import lessons
+    from grader.classroom.autograde import Job, Options, grade_job
+
+    name = next(iter(answers)).split("_", 1)[1]
+    les = lessons.lesson(lesson)
+    checks = [c.grade_id for c in les.tests if les.exercise_of(c.grade_id) == name]
+    nb = _run(lesson, answers, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    said = {gid: " ".join(_stdout(_cell(nb, gid)).replace("|", " ").split()) for gid in checks}
+    failed = {gid for gid, text in said.items() if f"FAILED: this check of `{name}`" in text}
+    assert failed and words in said[min(failed, key=checks.index)], said
+    submitted = filled(
+        ROOT / "notebooks" / lesson / f"{lesson}.ipynb", {**solution_sources(lesson), **answers}
+    )
+    with grading_work(tmp_path, [lesson]) as template:
+        result = grade_job(
+            Job("in_place", lesson, nbformat.writes(submitted).encode(), template, options=Options())
+        )
+    assert result.error is None, result.error
+    lost = {c.grade_id for c in result.cells if c.score < c.points}
+    assert lost == failed, (lost, failed)
+    assert any(words in c.message for c in result.cells), [c.message for c in result.cells]
+    assert result.flags and all(f.endswith(", its inputs changed in place") for f in result.flags), (
+        result.flags
+    )
 
 
 def test_an_example_cell_names_the_function_whose_result_it_could_not_use(session, capsys, monkeypatch):

@@ -198,13 +198,8 @@ def evaluate(job: dict, sandbox: Sandbox) -> dict:
         if cell["kind"] == "test":
             if error is None and sandbox.changed:
                 # a check passes only on the inputs it gave: an answer that changed them in place fails it
-                verdicts[cell["grade_id"]] = {
-                    "passed": False,
-                    "ename": "AssertionError",
-                    "message": sandbox.changed[0],
-                    "diagnosis": None,
-                    "hidden": False,
-                }
+                gid, why = cell["grade_id"], sandbox.changed[0]
+                verdicts[gid] = dict(passed=False, ename="AssertionError", message=why, in_place=True)
             elif error is None:
                 verdicts[cell["grade_id"]] = {"passed": True}
             elif isinstance(error, Unverifiable):

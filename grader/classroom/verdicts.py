@@ -139,8 +139,11 @@ class ApplyVerdicts(NbGraderPreprocessor):
                         ctx["notes"].append(
                             f"{gid}: passed in the notebook, but the check outside it could not finish"
                         )
-                    else:
-                        ctx["flags"].append(f"{gid}: passed in the notebook, failed the independent check")
+                    else:  # an honest in-place bug as well (graded, the kernel does not look): it says which
+                        why = ", its inputs changed in place" if verdict.get("in_place") else ""
+                        ctx["flags"].append(
+                            f"{gid}: passed in the notebook, failed the independent check" + why
+                        )
                 ename = verdict.get("ename") or "AssertionError"
                 cell.outputs = kept + [_error_output(ename, result.message or ename)]
             ctx["cells"].append(result)
