@@ -85,6 +85,14 @@ def test_submission_gets_the_expected_grade(graded_class, key):
         assert score == cells[gid]["score"], f"{who}: gradebook has {score} for {gid}"
 
 
+def test_a_right_answer_that_warns_passed_in_the_notebook_as_well(graded_class):
+    """What the cells wrote to stderr is a note in the graded notebook, never a failure: the record says the
+    kernel's checks passed too (it said they failed, and a check failing outside it was then not flagged)."""
+    _, records, _ = graded_class
+    record = records[("f01_noisy", spec.L1)]
+    assert record["score"] == 7 and all(c["kernel_passed"] for c in record["cells"]), record["cells"]
+
+
 def test_no_submission_wrote_to_the_gradebook(graded_class):
     db = course.work_dir() / "gradebook.db"
     with sqlite3.connect(db) as con:

@@ -80,12 +80,12 @@ class ApplyVerdicts(NbGraderPreprocessor):
             gid = cell.metadata["nbgrader"]["grade_id"]
             points = float(cell.metadata["nbgrader"].get("points", 0) or 0)
             kernel_error = _first_error(cell)
+            outputs = _stderr_as_note(cell.get("outputs", []))  # a warning fails nothing, nor in the kernel
             try:  # a number above the cell's points that the notebook shows is no score of the kernel's
-                kernel_score = determine_grade(cell, self.log)[0]
+                kernel_score = determine_grade(NotebookNode({**cell, "outputs": outputs}), self.log)[0]
             except ValueError:
                 kernel_score = None
             kernel_passed = kernel_score is not None and kernel_score >= points
-            outputs = _stderr_as_note(cell.get("outputs", []))
             verdict = verdicts.get(gid)
             # why the trusted side ended the sandbox, never the failure's message: that holds the student's text
             stop, gone = ctx.get("stop"), str((verdict or {}).get("gone") or "")
