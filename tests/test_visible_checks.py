@@ -628,6 +628,25 @@ def test_a_scale_fixed_at_sqrt_8_fails_the_check_against_torchs_attention(monkey
     assert "FAILED: this check of `attention`" in flat and "scaled_dot_product_attention" in flat, flat
 
 
+def test_a_mask_fixed_at_8_positions_fails_a_visible_check_of_head_forward(monkeypatch):
+    """Every visible check of lesson 10 ran sequences of 8 positions, where a causal mask built (8, 8) is right:
+    a head_forward that hard-codes it passed them all and lost the hidden check's 3 points."""
+    fixed = _code("""
+        def head_forward(params, X):
+            Q, K, V = X @ params["W_q"], X @ params["W_k"], X @ params["W_v"]
+            S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+            allowed = torch.ones(8, 8, dtype=torch.bool, device=X.device).tril()
+            A = torch.softmax(S.masked_fill(~allowed, float("-inf")), dim=-1)
+            return (A @ V) @ params["W_o"], A
+    """)
+    nb = _run("10_learning", {"ex10_head_forward": fixed}, monkeypatch, grading=None)
+    _ran_to_the_end("10_learning", nb)
+    for gid in ("test10_head_forward_shapes", "test10_head_forward_values"):
+        assert "FAILED" not in _stdout(_cell(nb, gid)), _stdout(_cell(nb, gid))
+    flat = " ".join(_stdout(_cell(nb, "test10_head_forward_hidden")).replace("|", " ").split())
+    assert "FAILED: this check of `head_forward`" in flat and "(5)" in flat and "(8)" in flat, flat
+
+
 # a function with the right numbers that breaks a rule the lesson states: (lesson, answers, the check that
 # fails, words of its message, the other checks of the function, which pass)
 RULES = [
