@@ -703,6 +703,50 @@ def test_a_flipped_mask_filled_with_minus_1e9_is_named_in_the_students_own_idiom
         assert "fill where allowed is False, and with -inf" in hint, hint
 
 
+def _naive_guarded_softmax(Z, dim=-1):
+    e = torch.exp(Z)
+    s = e.sum(dim=dim, keepdim=True)
+    return torch.where(s > 0, e / s, torch.zeros_like(e))
+
+
+def _mha_never_causal(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+    return ref.multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False)
+
+
+def _gqa_always_causal(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
+    return ref.grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=True)
+
+
+def _loss_both_cut(logits, tokens):
+    V = logits.shape[-1]
+    return torch.nn.functional.cross_entropy(logits[..., 1:, :].reshape(-1, V), tokens[..., 1:].reshape(-1))
+
+
+@pytest.mark.parametrize(
+    "name, fn, mistake",
+    [
+        ("softmax", _naive_guarded_softmax, "naive softmax that overflows"),
+        ("multi_head_attention", _mha_never_causal, "the causal flag is ignored: no call masks it"),
+        (
+            "grouped_query_attention",
+            _gqa_always_causal,
+            "the causal flag is ignored: every call masks the future",
+        ),
+        (
+            "prev_token_loss",
+            _loss_both_cut,
+            "the targets are not shifted: every position names its own token",
+        ),
+    ],
+    ids=["guarded naive softmax", "mha never causal", "gqa always causal", "loss with both cut"],
+)
+def test_a_listed_mistake_written_another_way_is_named(name, fn, mistake):
+    """Each of these makes a mistake docs/mistakes.md lists, in a form its trap did not cover: the check failed
+    them with no name (a naive softmax guarded against empty rows, a causal flag ignored rather than reversed,
+    a loss that cuts the first position from both logits and targets)."""
+    assert _diagnosis(_message(name, fn)).startswith(mistake + ". ")
+
+
 def test_a_stub_still_says_it_is_not_implemented(monkeypatch):
     from attention_course.checks import diagnosed
 

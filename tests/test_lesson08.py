@@ -335,6 +335,8 @@ TRAP_CODE = {
             (MERGE_CALL, "O.movedim(-3, -1).reshape(*b, T, H * d)"),
         ),
         "the causal flag is ignored or reversed": edit(MHA_OK, (CAUSAL, "if not causal:")),
+        "the causal flag is ignored: every call masks the future": edit(MHA_OK, (CAUSAL, "if True:")),
+        "the causal flag is ignored: no call masks it": edit(MHA_OK, (CAUSAL, "if False:")),
     },
     "grouped_query_attention": {
         "K/V heads were tiled (repeat) instead of grouped (repeat_interleave)": edit(
@@ -359,6 +361,8 @@ TRAP_CODE = {
             GQA_OK, (MERGE_CALL, "O.reshape(*b, T, H * d)")
         ),
         "the causal flag is ignored or reversed": edit(GQA_OK, (CAUSAL, "if not causal:")),
+        "the causal flag is ignored: every call masks the future": edit(GQA_OK, (CAUSAL, "if True:")),
+        "the causal flag is ignored: no call masks it": edit(GQA_OK, (CAUSAL, "if False:")),
     },
 }
 (

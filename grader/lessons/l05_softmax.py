@@ -104,6 +104,12 @@ def _naive_softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def _naive_softmax_guarded(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    e = torch.exp(Z)
+    total = e.sum(dim=dim, keepdim=True)
+    return torch.where(total > 0, e / total, 0)  # fully masked rows give 0; rows near 1000 still NaN
+
+
 def _softmax_no_guard(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     e = torch.exp(Z - Z.amax(dim=dim, keepdim=True))  # an all -inf row: -inf - (-inf) = NaN
     return e / e.sum(dim=dim, keepdim=True)
@@ -179,6 +185,13 @@ SOFTMAX = Exercise(
             "(it changes nothing mathematically).",
             _naive_softmax,
             example="e = torch.exp(Z)\nreturn e / e.sum(dim=dim, keepdim=True)",
+        ),
+        Trap(  # the same, with fully masked rows guarded
+            "naive softmax that overflows",
+            "exp(1000) is inf and inf / inf is NaN: subtract each row's max before exp "
+            "(it changes nothing mathematically).",
+            _naive_softmax_guarded,
+            example="e = torch.exp(Z)\ns = e.sum(dim=dim, keepdim=True)\nreturn torch.where(s > 0, e / s, 0)",
         ),
         Trap(
             "the global max was subtracted instead of each row's max",

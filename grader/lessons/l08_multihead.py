@@ -117,12 +117,13 @@ def _attention_variant(
     project_out=True,
     one_head=False,
     flip_causal=False,
+    fixed_causal=None,
     tile_kv=False,
 ):
     """Grouped-query attention (multi-head when n_kv_heads == n_heads) with one thing changed."""
 
     def gqa(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
-        causal = causal != flip_causal
+        causal = causal != flip_causal if fixed_causal is None else fixed_causal
         if one_head:
             Q, K, V = X @ W_q, X @ W_k, X @ W_v
             O = attend(Q, K, V, causal)
@@ -320,11 +321,18 @@ _MHA_TRAPS = [
         "Head h owns columns h * d_head .. (h + 1) * d_head - 1 of W_q, W_k, W_v and the matching rows of W_o.",
         dict(split=_split_interleaved, merge=_merge_interleaved),
     ),
-    (
-        "the causal flag is ignored or reversed",
-        "With causal=True each token sees only itself and earlier tokens; with causal=False, all tokens.",
-        dict(flip_causal=True),
-    ),
+    *[
+        (
+            f"the causal flag is {how}",
+            "With causal=True each token sees only itself and earlier tokens; with causal=False, all tokens.",
+            dict(flip_causal=True) if how == "ignored or reversed" else dict(fixed_causal="every" in how),
+        )
+        for how in (
+            "ignored or reversed",
+            "ignored: every call masks the future",
+            "ignored: no call masks it",
+        )
+    ],
 ]
 
 MULTI_HEAD_ATTENTION = Exercise(

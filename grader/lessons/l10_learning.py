@@ -412,11 +412,18 @@ PREV_TOKEN_LOSS = Exercise(
     reference=prev_token_loss,
     cases=_loss_cases,
     traps=[
-        Trap(
-            "the targets are not shifted: every position names its own token",
-            "At position t the answer is the token at t - 1: compare logits[..., 1:, :] with tokens[..., :-1].",
-            lambda logits, tokens: _ce(logits, tokens),
-        ),
+        *[
+            Trap(
+                "the targets are not shifted: every position names its own token",
+                "At position t the answer is the token at t - 1: compare logits[..., 1:, :] with tokens[..., :-1].",
+                own,
+            )
+            for own in (
+                lambda logits, tokens: _ce(logits, tokens),
+                lambda logits, tokens: _ce(logits[..., 1:, :], tokens[..., 1:]),  # both cut, neither shifted
+                lambda logits, tokens: _ce(logits[..., :-1, :], tokens[..., :-1]),
+            )
+        ],
         Trap(
             "shifted the wrong way: every position names the next token",
             "A causal head cannot see the next token. Position t names the token at t - 1: "
