@@ -102,7 +102,7 @@ def explain_shape_error(error: BaseException) -> str | None:
             f"torch.{'bmm' if only != '2-D' else 'mm'} multiplies {only} matrices only{given}. Use A @ B "
             "(torch.matmul), which takes a matrix or any batch of them."
         )
-    if _MATMUL.search(text) or _BATCH.search(text) or op in ("matmul", "mm", "bmm") and both:
+    if _MATMUL.search(text) or _BATCH.search(text) or op in ("matmul", "__matmul__", "mm", "bmm") and both:
         if not both:
             m = _MATMUL.search(text)
             both = f"({m[1]}, {m[2]}) and ({m[3]}, {m[4]})" if m else "two shapes that do not fit"
@@ -114,11 +114,12 @@ def explain_shape_error(error: BaseException) -> str | None:
     if _BROADCAST.search(text) or _EINSUM.search(text):
         m = _BROADCAST.search(text)
         sizes = f" (sizes {m[1]} and {m[2]} meet on one axis)" if m else ""
-        what = f"`{op}` was given shapes {both}" if both else "Two tensors were combined element by element"
+        # (which operation is known only where the call could be watched: a product's batch axes say the same)
+        what = f"`{op}` was given shapes {both}" if both else "Two tensors were combined"
         return (
             f"{what}{sizes}, which do not broadcast: on each axis the sizes must be equal or 1. Likely a "
             "reduction without keepdim=True, a mask without its query dimension (B, 1, T), or "
-            "dimensions swapped by a transpose."
+            "dimensions swapped by a transpose (.T or transpose(0, 1) on a batched tensor)."
         )
     return None
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import sys
@@ -745,6 +746,26 @@ def test_a_listed_mistake_written_another_way_is_named(name, fn, mistake):
     them with no name (a naive softmax guarded against empty rows, a causal flag ignored rather than reversed,
     a loss that cuts the first position from both logits and targets)."""
     assert _diagnosis(_message(name, fn)).startswith(mistake + ". ")
+
+
+def test_a_batched_product_that_does_not_fit_is_not_called_element_by_element():
+    """Q @ K.T on batches fails on a batch axis, in PyTorch's words for element-by-element operations: the
+    explanation said two tensors were "combined element by element", a product is named now where the call was
+    watched, and .T on a batched tensor is among the likely causes where it was not (a sandboxed function)."""
+    from attention_course.diagnosis import explain_shape_error, watch_shapes
+
+    Q, K = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    said = []
+    for watched in (True, False):
+        with pytest.raises(RuntimeError) as info, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PyTorch's own note that .T on 3-D tensors is deprecated
+            with watch_shapes() if watched else contextlib.nullcontext():
+                Q @ K.T
+        said.append(explain_shape_error(info.value))
+    assert said[0].startswith("A matrix product A @ B was given shapes (2, 3, 4) and (4, 3, 2)"), said[0]
+    assert "element by element" not in said[1] and ".T or transpose(0, 1) on a batched tensor" in said[1], (
+        said[1]
+    )
 
 
 def test_a_stub_still_says_it_is_not_implemented(monkeypatch):
