@@ -485,10 +485,9 @@ def _tensor_arguments(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str
 def call_keeping_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
     """Call fn(*args, **kwargs); return its result, and what it changed in place among its tensor
     arguments (None if nothing): the hidden checks fail a check whose calls changed what it gave them."""
+    # lesson 11's watched tensors are left to its own watch: copying and comparing them would read them whole
     tensors = [(n, v) for n, v in _tensor_arguments(fn, args, kwargs) if not isinstance(v, Watched)]
-    before = [
-        (n, v, v.detach().clone()) for n, v in tensors if not v.is_meta
-    ]  # (lesson 11's watch reads its own)
+    before = [(n, v, v.detach().clone()) for n, v in tensors if not v.is_meta]
     result = fn(*args, **kwargs)
     for name, value, copy in before:
         if not (value.shape == copy.shape and bool(((value == copy) | (value.isnan() & copy.isnan())).all())):

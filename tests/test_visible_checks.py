@@ -647,6 +647,64 @@ def test_a_mask_fixed_at_8_positions_fails_a_visible_check_of_head_forward(monke
     assert "FAILED: this check of `head_forward`" in flat and "(5)" in flat and "(8)" in flat, flat
 
 
+# a function right on the batches the visible checks ran (2-D and 3-D) whose axes are hard-coded, so that a
+# 4-D batch fails the hidden check: (lesson, grade id of the answer, its code, the check that now says so)
+FIXED_AXES = [
+    (
+        "08_multihead",
+        "ex08_split_heads",
+        _code("""
+            def split_heads(X, n_heads):
+                T, D = X.shape[-2], X.shape[-1]
+                if X.dim() == 2:
+                    return X.reshape(T, n_heads, D // n_heads).transpose(0, 1)
+                return X.reshape(X.shape[0], T, n_heads, D // n_heads).transpose(1, 2)
+        """),
+        "test08_split_heads_hidden",
+    ),
+    (
+        "08_multihead",
+        "ex08_merge_heads",
+        _code("""
+            def merge_heads(X):
+                if X.dim() == 3:
+                    H, T, d = X.shape
+                    return X.transpose(0, 1).reshape(T, H * d)
+                B, H, T, d = X.shape
+                return X.transpose(1, 2).reshape(B, T, H * d)
+        """),
+        "test08_merge_heads_hidden",
+    ),
+    (
+        "09_kv_cache",
+        "ex09_kv_cache_step",
+        _code("""
+            def kv_cache_step(x_t, K_cache, V_cache, W_q, W_k, W_v):
+                q, k, v = x_t @ W_q, x_t @ W_k, x_t @ W_v
+                axis = 1 if x_t.dim() > 2 else 0
+                K, V = torch.cat([K_cache, k], dim=axis), torch.cat([V_cache, v], dim=axis)
+                return torch.softmax(q @ K.mT / math.sqrt(q.shape[-1]), dim=-1) @ V, K, V
+        """),
+        "test09_kv_cache_step_hidden",
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson, grade_id, source, check", FIXED_AXES, ids=[c[1] for c in FIXED_AXES])
+def test_axes_fixed_for_2_d_and_3_d_fail_a_visible_check_on_a_4_d_batch(
+    lesson, grade_id, source, check, monkeypatch
+):
+    """The visible checks ran batches of one leading axis at most; these functions passed them all and lost the
+    hidden check's points on a 4-D batch. The visible part of the hidden check runs one now."""
+    nb = _run(lesson, {grade_id: source}, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    name = grade_id.split("_", 1)[1]
+    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
+    assert f"FAILED: this check of `{name}`" in flat, flat
+    assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+
+
 # a function with the right numbers that breaks a rule the lesson states: (lesson, answers, the check that
 # fails, words of its message, the other checks of the function, which pass)
 RULES = [
