@@ -24,6 +24,7 @@ from attention_course.diagnosis import (
     CHECKS,
     DeviceNotFollowed,
     _codes,
+    _name,
     _where_raised,
     _wrapped,
     call_keeping_inputs,
@@ -110,10 +111,6 @@ def _each_tensor(x: Any, change: Callable[[torch.Tensor], Any]) -> Any:
 def _as_float64(x: Any) -> Any:
     """x with every floating tensor in it turned to float64 (other values left as they are)."""
     return _each_tensor(x, lambda t: t.detach().double() if t.is_floating_point() else t)
-
-
-def _name(fn: object) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def expect_dtype_follows(fn: Callable, *args: Any, **kwargs: Any) -> None:

@@ -473,6 +473,10 @@ class RuleWatch(CallWatch):
         return self._run(func, args, kwargs or {}, sys._getframe(1))
 
 
+def _name(fn: object) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
 def _tensor_arguments(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
     """The tensor arguments of a call, each with its parameter's name (or its position)."""
     try:
@@ -491,9 +495,8 @@ def call_keeping_inputs(fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, s
     result = fn(*args, **kwargs)
     for name, value, copy in before:
         if not (value.shape == copy.shape and bool(((value == copy) | (value.isnan() & copy.isnan())).all())):
-            who = getattr(fn, "__name__", None) or type(fn).__name__
             return result, (
-                f"{who} changed its argument `{name}` in place (masked_fill_, fill_, += ...): "
+                f"{_name(fn)} changed its argument `{name}` in place (masked_fill_, fill_, += ...): "
                 "return a new tensor and leave the inputs as they were."
             )
     return result, None

@@ -104,6 +104,9 @@ def _naive_softmax(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
+_OVERFLOW_HINT = "exp(1000) is inf and inf / inf is NaN: subtract each row's max before exp (it changes nothing mathematically)."
+
+
 def _naive_softmax_guarded(Z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     e = torch.exp(Z)
     total = e.sum(dim=dim, keepdim=True)
@@ -181,15 +184,13 @@ SOFTMAX = Exercise(
         ),
         Trap(
             "naive softmax that overflows",
-            "exp(1000) is inf and inf / inf is NaN: subtract each row's max before exp "
-            "(it changes nothing mathematically).",
+            _OVERFLOW_HINT,
             _naive_softmax,
             example="e = torch.exp(Z)\nreturn e / e.sum(dim=dim, keepdim=True)",
         ),
         Trap(  # the same, with fully masked rows guarded
             "naive softmax that overflows",
-            "exp(1000) is inf and inf / inf is NaN: subtract each row's max before exp "
-            "(it changes nothing mathematically).",
+            _OVERFLOW_HINT,
             _naive_softmax_guarded,
             example="e = torch.exp(Z)\ns = e.sum(dim=dim, keepdim=True)\nreturn torch.where(s > 0, e / s, 0)",
         ),

@@ -279,6 +279,9 @@ def _mha_cases(device: torch.device) -> list[Case]:
     return cases
 
 
+_CAUSAL_HINT = (
+    "With causal=True each token sees only itself and earlier tokens; with causal=False, all tokens."
+)
 _MHA_TRAPS = [
     (
         "the output projection W_o was left out",
@@ -321,18 +324,9 @@ _MHA_TRAPS = [
         "Head h owns columns h * d_head .. (h + 1) * d_head - 1 of W_q, W_k, W_v and the matching rows of W_o.",
         dict(split=_split_interleaved, merge=_merge_interleaved),
     ),
-    *[
-        (
-            f"the causal flag is {how}",
-            "With causal=True each token sees only itself and earlier tokens; with causal=False, all tokens.",
-            dict(flip_causal=True) if how == "ignored or reversed" else dict(fixed_causal="every" in how),
-        )
-        for how in (
-            "ignored or reversed",
-            "ignored: every call masks the future",
-            "ignored: no call masks it",
-        )
-    ],
+    ("the causal flag is ignored or reversed", _CAUSAL_HINT, dict(flip_causal=True)),
+    ("the causal flag is ignored: every call masks the future", _CAUSAL_HINT, dict(fixed_causal=True)),
+    ("the causal flag is ignored: no call masks it", _CAUSAL_HINT, dict(fixed_causal=False)),
 ]
 
 MULTI_HEAD_ATTENTION = Exercise(
