@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.classroom import grades, grading
+from grader.classroom import grading
 from tests.nbtools import ROOT, filled, solution_sources
 from tests.test_seal import needs_seal
 
@@ -99,15 +99,15 @@ def test_plain_nbgrader_reports_the_notebook_as_failed_not_graded(new_term):
     assert not (new_term / "_grading" / "autograded" / "bob" / LESSON / f"{LESSON}.ipynb").exists()
 
 
-def test_the_lessons_own_solution_earns_full_marks_where_the_course_can_grade():
+def test_the_lessons_own_solution_earns_full_marks_where_the_course_can_grade(tmp_path, monkeypatch):
     """The proof a run makes first: here, in this course's own environment, every lesson passes it."""
     from grader.classroom import lessons
     from grader.classroom.autograde import Job, Options, grade_job
 
-    template = grading.template() if (grades._db_path()).exists() else None
-    if template is None:
-        grading.ensure_gradebook([LESSON])
-        template = grading.template()
+    # a work folder of its own: the course's gradebook (whatever lessons it holds) is neither read nor written
+    monkeypatch.setenv("ATTENTION_COURSE_WORK", str(tmp_path))
+    grading.ensure_gradebook([LESSON])
+    template = grading.template()
     nb = lessons.answered(LESSON)
     result = grade_job(Job(grading.PROOF_STUDENT, LESSON, nb, template, options=Options(timeout=60)))
     assert grading.proof_problem(result) is None, (
