@@ -1108,3 +1108,40 @@ def test_an_answer_is_read_whole_by_its_deadline_or_not_at_all():
 def test_a_name_of_the_students_error_type_is_cut_short():
     error = rebuild_error({"type": "E" * 1_000_000, "module": "__main__", "message": "no"})
     assert len(type(error).__name__) <= 100 and str(error) == "no"
+
+
+def test_a_workers_gradebook_engine_reads_the_file_each_job_writes_not_the_last_ones(tmp_path):
+    """A grading worker keeps one SQLAlchemy engine per gradebook (what nbgrader's statements compile to
+    is kept), while each job replaces its gradebook file: a Gradebook opened after the replacement reads
+    the new file, even where an earlier one was never closed."""
+    script = textwrap.dedent(
+        f"""
+        import os, warnings
+        warnings.simplefilter("ignore")
+        import grader.classroom.preloaded
+        from nbgrader.api import Gradebook, MissingEntry
+        folder = "{tmp_path}"
+        path, url = folder + "/gradebook.db", "sqlite:///" + folder + "/gradebook.db"
+        for lesson in ("first", "second"):
+            with Gradebook("sqlite:///" + folder + "/" + lesson + ".db") as gb:
+                gb.add_assignment(lesson)
+        os.rename(folder + "/first.db", path)
+        left_open = Gradebook(url)
+        left_open.find_assignment("first")
+        left_open.db.commit()
+        os.replace(folder + "/second.db", path)  # the next job's copy
+        with Gradebook(url) as gb:
+            print("same engine", gb.engine is left_open.engine)
+            print("second", gb.find_assignment("second").name)
+            try:
+                gb.find_assignment("first")
+                print("first still read")
+            except MissingEntry:
+                print("first gone")
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=course.ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split("\n")[:3] == ["same engine True", "second second", "first gone"], run.stdout

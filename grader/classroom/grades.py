@@ -128,11 +128,8 @@ def _retry(fn, *args: Any, attempts: int = 30) -> Any:
     return None
 
 
-_KEPT: dict[str, tuple[Any, Any]] = {}  # url -> (open Gradebook, course config) that write_grades kept
-
-
 def write_grades(
-    url: str, course_id: str | None, entries: list[tuple[str, str, str | None, bytes]], keep: bool = False
+    url: str, course_id: str | None, entries: list[tuple[str, str, str | None, bytes]]
 ) -> list[dict]:
     """Record finished jobs (lesson, student, timestamp, final notebook) in the gradebook at ``url``
     with nbgrader's own steps: the student and the submission, then SaveAutoGrades and
@@ -140,9 +137,9 @@ def write_grades(
     every one of them afterwards, or (if this raises) none. Return the timestamp and late penalty
     it then holds for each.
 
-    Runs wherever nbgrader is loaded already: in a helper process of the run, or the coordinator.
-    ``course_id`` None: the configuration's. ``keep``: the gradebook stays open for the next call (the
-    run's helper: SQLAlchemy then compiles each statement once a run, not once a batch).
+    Runs wherever nbgrader is loaded already: in a helper process of the run (which keeps its engine,
+    and what SQLAlchemy compiled, from batch to batch: ``grader.classroom.preloaded``), or the
+    coordinator. ``course_id`` None: the configuration's.
     """
     import warnings
 
@@ -153,11 +150,8 @@ def write_grades(
 
     warnings.filterwarnings("ignore", module="nbgrader")  # its own SQLAlchemy autoflush chatter
     warnings.filterwarnings("ignore", message=".*not in session.*")
-    if url in _KEPT:
-        gb, cfg = _KEPT.pop(url)
-    else:
-        cfg = course_config()
-        gb = Gradebook(url, cfg.CourseDirectory.get("course_id", "") if course_id is None else course_id)
+    cfg = course_config()
+    gb = Gradebook(url, cfg.CourseDirectory.get("course_id", "") if course_id is None else course_id)
     try:
         with one_transaction(gb), lent(gb, url):
             for lesson, student, timestamp, notebook in entries:
@@ -173,21 +167,14 @@ def write_grades(
                 SaveAutoGrades(config=cfg).preprocess(nb, resources)
                 AssignLatePenalties(config=cfg).preprocess(nb, resources)
         subs = [gb.find_submission(lesson, student) for lesson, student, _, _ in entries]
-        held = [
+        return [
             dict(
                 timestamp=s.timestamp and str(s.timestamp), late_penalty=float(s.late_submission_penalty or 0)
             )
             for s in subs
         ]
-    except BaseException:
+    finally:
         gb.close()
-        raise
-    if keep:
-        gb.db.close()  # no session left open between batches; the engine (and what it compiled) stays
-        _KEPT[url] = (gb, cfg)
-    else:
-        gb.close()
-    return held
 
 
 def graded_in_gradebook() -> set[tuple[str, str]]:

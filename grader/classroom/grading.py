@@ -181,7 +181,7 @@ class GradebookWriter:
             from concurrent.futures import Future
 
             try:
-                future = self.helper.submit(_retry, write_grades, self.url, None, _entries(batch), True)
+                future = self.helper.submit(_retry, write_grades, self.url, None, _entries(batch))
             except Exception as e:  # noqa: BLE001 - no helper any more: its result is the failure
                 future = Future()
                 future.set_exception(e)
