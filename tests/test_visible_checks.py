@@ -687,6 +687,103 @@ FIXED_AXES = [
         """),
         "test09_kv_cache_step_hidden",
     ),
+    (
+        "01_projection",
+        "ex01_project",
+        _code("""
+            def project(X, W_q, W_k, W_v):
+                if X.dim() == 3:
+                    return tuple(torch.bmm(X, W.expand(X.shape[0], *W.shape)) for W in (W_q, W_k, W_v))
+                return X.mm(W_q), X.mm(W_k), X.mm(W_v)
+        """),
+        "test01_project_hidden",
+    ),
+    (
+        "02_scoring",
+        "ex02_scores",
+        _code("""
+            def scores(Q, K):
+                if Q.dim() == 3:
+                    return torch.bmm(Q, K.transpose(1, 2))
+                return torch.mm(Q, K.t())
+        """),
+        "test02_scores_hidden",
+    ),
+    (
+        "03_scaling",
+        "ex03_scaled_scores",
+        _code("""
+            def scaled_scores(Q, K):
+                K_t = K.transpose(1, 2) if K.dim() == 3 else K.T
+                return Q @ K_t / Q.shape[-1] ** 0.5
+        """),
+        "test03_scaled_scores_hidden",
+    ),
+    (
+        "04_masking",
+        "ex04_apply_mask",
+        _code("""
+            def apply_mask(S, allowed):
+                shape = S.shape[-2:] if S.dim() == 2 else (S.shape[0], *S.shape[-2:])
+                return torch.where(allowed.expand(*shape), S, torch.full_like(S, float("-inf")))
+        """),
+        "test04_apply_mask_hidden",
+    ),
+    (
+        "05_softmax",
+        "ex05_softmax",
+        _code("""
+            def softmax(Z, dim=-1):
+                Z = Z.movedim(dim, -1)
+                if Z.dim() == 3:  # a batch: one matrix at a time
+                    return torch.stack([softmax(z) for z in Z]).movedim(-1, dim)
+                rows, cols = Z.shape
+                m = Z.amax(dim=1, keepdim=True)
+                e = torch.exp(Z - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+                s = e.sum(dim=1, keepdim=True)
+                return torch.where(s > 0, e / s, torch.zeros_like(e)).movedim(-1, dim)
+        """),
+        "test05_softmax_hidden",
+    ),
+    (
+        "06_mixing",
+        "ex06_mix",
+        _code("""
+            def mix(A, V):
+                return torch.bmm(A, V) if A.dim() == 3 else torch.mm(A, V)
+        """),
+        "test06_mix_hidden",
+    ),
+    (
+        "08_multihead",
+        "ex08_multi_head_attention",
+        _code("""
+            def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+                if X.dim() == 2:
+                    return multi_head_attention(X[None], W_q, W_k, W_v, W_o, n_heads, causal)[0]
+                B, T, _ = X.shape
+                Q, K, V = ((X @ W).view(B, T, n_heads, -1).transpose(1, 2) for W in (W_q, W_k, W_v))
+                O, _ = one_head(Q, K, V, causal=causal)
+                return O.transpose(1, 2).reshape(B, T, -1) @ W_o
+        """),
+        "test08_multi_head_attention_hidden",
+    ),
+    (
+        "08_multihead",
+        "ex08_grouped_query_attention",
+        _code("""
+            def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
+                if X.dim() == 2:
+                    return grouped_query_attention(X[None], W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal)[0]
+                B, T, _ = X.shape
+                Q = (X @ W_q).view(B, T, n_heads, -1).transpose(1, 2)
+                K, V = ((X @ W).view(B, T, n_kv_heads, -1).transpose(1, 2) for W in (W_k, W_v))
+                group = n_heads // n_kv_heads
+                O, _ = one_head(Q, K.repeat_interleave(group, 1), V.repeat_interleave(group, 1), causal=causal)
+                return O.transpose(1, 2).reshape(B, T, -1) @ W_o
+        """),
+        "test08_grouped_query_attention_hidden",
+    ),
 ]
 
 
@@ -696,7 +793,8 @@ def test_axes_fixed_for_2_d_and_3_d_fail_a_visible_check_on_a_4_d_batch(
     lesson, grade_id, source, check, monkeypatch
 ):
     """The visible checks ran batches of one leading axis at most; these functions passed them all and lost the
-    hidden check's points on a 4-D batch. The visible part of the hidden check runs one now."""
+    hidden check's points on a 4-D batch (every tensor exercise's hidden cases have one). The visible part of
+    the hidden check runs one now."""
     nb = _run(lesson, {grade_id: source}, monkeypatch, grading=None)
     _ran_to_the_end(lesson, nb)
     name = grade_id.split("_", 1)[1]
