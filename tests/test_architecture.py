@@ -265,3 +265,67 @@ def test_the_grading_engine_does_not_grow():
     total = sum(_lines(p) for p in sorted((ROOT / "grader" / "classroom").glob("*.py")))
     print(f"grader/classroom/: {total} lines")
     assert total <= ENGINE_LINES, f"grader/classroom/ holds {total} lines, more than {ENGINE_LINES}"
+
+
+# ------------------------------------------------------------------ the architecture as written
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+_FILE_SUFFIXES = {"py", "md", "json", "ipynb", "csv", "db", "txt"}
+
+
+def _members(path: Path) -> dict[str, set[str]]:
+    """Names a module defines at its top level, each with the names its class body defines."""
+
+    def targets(node: ast.stmt) -> list[str]:
+        found = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [t.id for t in found if isinstance(t, ast.Name)]
+
+    members: dict[str, set[str]] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body if isinstance(node, ast.ClassDef) else []
+            members[node.name] = {
+                n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            } | {name for n in body if isinstance(n, (ast.Assign, ast.AnnAssign)) for name in targets(n)}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            members.update({name: set() for name in targets(node)})
+    return members
+
+
+def _grader_modules() -> dict[str, dict[str, set[str]]]:
+    """Every module of grader/ by its own name (the names are unique), with what it defines."""
+    return {p.stem: _members(p) for p in _python_files("grader") if p.stem != "__init__"}
+
+
+def _missing(text: str, modules: dict[str, dict[str, set[str]]]) -> list[str]:
+    """``module.name``, ``module.Class.member`` and ``Class.member`` in ``text`` that name nothing there."""
+    classes = {name: members for defined in modules.values() for name, members in defined.items()}
+    missing = []
+    for first, second, third in re.findall(r"\b([A-Za-z_]\w*)\.([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?", text):
+        if first in modules and second not in _FILE_SUFFIXES:
+            defined = modules[first]
+            if second not in defined or (third and third not in defined[second] | _FILE_SUFFIXES):
+                missing.append(".".join(filter(None, (first, second, third))))
+        elif first[0].isupper() and first in classes and second not in classes[first]:
+            missing.append(f"{first}.{second}")
+    return missing
+
+
+@pytest.mark.parametrize("doc", ["docs/ARCHITECTURE.md", "README.md", "CONTRIBUTING.md"])
+def test_every_module_function_and_class_a_doc_names_exists(doc):
+    missing = _missing((ROOT / doc).read_text(), _grader_modules())
+    assert not missing, f"{doc} names what grader/ does not define: {sorted(set(missing))}"
+
+
+def test_the_picture_of_a_grading_run_is_at_most_40_lines_and_every_box_is_a_module():
+    text = ARCHITECTURE.read_text()
+    picture = text.split("## One grading run, process by process", 1)[1].split("```")[1]
+    assert len(picture.strip("\n").splitlines()) <= 40
+    modules = _grader_modules() | {"cli": {}}
+    assert picture.lstrip().startswith("grader.cli ── ")
+    boxes = re.findall(r"── ([a-z_]+)(?:\.(\w+))?", picture)
+    assert len(boxes) >= 10, boxes
+    for module, name in boxes:
+        assert module in modules, f"{module} in the picture is not a module of grader/"
+        if name:
+            assert name in modules[module], f"{module}.{name} in the picture is not defined there"
