@@ -182,6 +182,43 @@ def test_a_name_inside_an_upload_naming_another_student_in_any_form_is_not_place
     every_file_once(rep, 5)
 
 
+@pytest.mark.parametrize("with_roster", [False, True], ids=["no roster", "roster"])
+def test_a_canvas_file_name_shaped_like_another_lms_prefix_is_still_the_uploaders(tmp_path, with_roster):
+    """After Canvas's prefix the name is the student's own: a Blackboard or Moodle prefix written there
+    names nobody, gives no time and does not take the LMS's late mark away."""
+    late_stamp = "2026-10-01-00-00-00"
+    rep, dest = run(
+        tmp_path,
+        {
+            "doejohn_22345_902_05_softmax.ipynb": (nb("john"), NOV),
+            "smithjane_12345_901_05_softmax.ipynb": (nb("jane"), NOV),
+            # Jane's, written to read as John's Blackboard attempt of December 30
+            "smithjane_12345_903_x_doejohn_attempt_2026-12-30-23-59-59_05_softmax.ipynb": (
+                nb("forged 1"),
+                DEC,
+            ),
+            # Jane's, written to read as a Moodle file of John's user id
+            "smithjane_12345_904_x_22345_assignsubmission_file_05_softmax.ipynb": (nb("forged 2"), DEC),
+            # Ada's late upload, written to read as a Blackboard attempt of October 1
+            f"lovelaceada_LATE_31337_905_x_lovelaceada_attempt_{late_stamp}_05_softmax.ipynb": (
+                nb("ada"),
+                DEC,
+            ),
+        },
+        roster=with_roster,
+    )
+    john, ada = ("jdoe", "alovelace") if with_roster else ("doejohn", "lovelaceada")
+    assert placed(dest, john) == "john"
+    assert not (dest / john / LESSON / "timestamp.txt").read_text().startswith("2026-12-30")
+    forged = outcome(rep, "903_x_doejohn_attempt_2026-12-30-23-59-59_05_softmax.ipynb")
+    assert forged.action == "unmatched" and forged.reason.startswith("uploaded by smithjane but names ")
+    assert outcome(rep, "904_x_22345_assignsubmission_file_05_softmax.ipynb").student != john
+    assert placed(dest, ada) == "ada"
+    assert (dest / ada / LESSON / "timestamp.txt").read_text().startswith("2026-12-03 10:00:00")
+    assert "marked late by the LMS" in outcome(rep, f"{late_stamp}_05_softmax.ipynb").reason
+    every_file_once(rep, 5)
+
+
 def test_an_upload_whose_folders_name_no_one_else_is_the_uploaders(tmp_path):
     rep, dest = run(
         tmp_path,

@@ -22,6 +22,10 @@ past lesson and attempt folders and names that name no one):
 - Blackboard: ``<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file>``;
 - per-student folders (or zips), or ``<student>_<lesson>.ipynb``.
 
+Where a name fits more than one of these (the student's own file name after
+Canvas's prefix may be shaped like a Blackboard or Moodle prefix), the prefix
+that ends first is the LMS's: the rest is the student's own.
+
 Everything below that name is the student's upload. A notebook whose upload
 names another student of the class (a folder ``doejohn/`` in Jane's zip, a
 file ``doejohn_05_softmax.ipynb`` or another LMS prefix) is not matched,

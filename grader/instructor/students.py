@@ -130,16 +130,26 @@ class LmsName:
 
 
 def lms_name(stem: str, is_file: bool) -> LmsName | None:
-    """The student an LMS's prefix names (Moodle folders, Blackboard, Moodle files, Canvas), if any."""
+    """The student an LMS's prefix names (Moodle folders, Blackboard, Moodle files, Canvas), if any.
+
+    What follows a prefix is the student's own file name, which may be shaped like another LMS's
+    prefix (``smithjane_12345_901_x_doejohn_attempt_2026-12-30-23-59-59_hw`` is Jane's upload to
+    Canvas, not John's to Blackboard): where several fit, the prefix that ends first is the LMS's.
+    """
+    found: list[tuple[int, LmsName]] = []
     if not is_file and (m := MOODLE.match(stem)):
-        return LmsName(m["name"], [*name_keys(m["name"]), key(m["uid"])])
+        found.append((m.end(), LmsName(m["name"], [*name_keys(m["name"]), key(m["uid"])])))
     if m := BLACKBOARD.match(stem):
-        return LmsName(m["user"], [key(m["user"])], time=parse_time(m["ts"]), file=m["file"] or "")
+        when = parse_time(m["ts"])
+        found.append((m.end("ts"), LmsName(m["user"], [key(m["user"])], time=when, file=m["file"] or "")))
     if is_file and (m := MOODLE_FILE.match(stem)):
-        return LmsName(m["name"], [*name_keys(m["name"]), key(m["uid"])], file=m["file"])
+        found.append(
+            (m.start("file"), LmsName(m["name"], [*name_keys(m["name"]), key(m["uid"])], file=m["file"]))
+        )
     if m := CANVAS.match(stem):
-        return LmsName(m["name"], [key(m["uid"]), key(m["name"])], late=bool(m["late"]), file=m["file"])
-    return None
+        named = LmsName(m["name"], [key(m["uid"]), key(m["name"])], late=bool(m["late"]), file=m["file"])
+        found.append((m.start("file"), named))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def _stem(name: str, is_file: bool) -> str:
