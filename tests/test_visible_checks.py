@@ -1219,3 +1219,157 @@ def test_the_device_check_loads_no_compiler():
         in run.stdout
     ), run.stdout
     assert "torch._dynamo loaded: False" in run.stdout, run.stdout
+
+
+# ------------------------------------------------------------------ named mistakes the visible checks missed
+
+
+def _solution_with(lesson: str, grade_id: str, *swaps: tuple[str, str]) -> str:
+    """The lesson's own solution of ``grade_id`` with each (old, new) swapped in (each must be there)."""
+    source = solution_sources(lesson)[grade_id]
+    for old, new in swaps:
+        assert old in source, (grade_id, old)
+        source = source.replace(old, new)
+    return source
+
+
+# a student's function making one of the lesson's named mistakes (docs/mistakes.md), which loses hidden
+# points: (lesson, its grade id, its code, the visible check it fails now)
+NAMED_MISTAKES = [
+    (
+        "03_scaling",
+        "ex03_scaled_scores",
+        "def scaled_scores(Q, K):\n    return Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[1])\n",
+        "test03_scaled_scores_hidden",
+    ),
+    (
+        "03_scaling",
+        "ex03_score_spread",
+        _code("""
+            def score_spread(d_k, n, generator):
+                q, k = torch.randn(n, d_k), torch.randn(n, d_k)
+                raw = (q * k).sum(dim=-1).std().item()
+                return raw, raw / math.sqrt(d_k)
+        """),
+        "test03_score_spread_hidden",
+    ),
+    (
+        "05_softmax",
+        "ex05_softmax",
+        _code("""
+            def softmax(Z, dim=-1):
+                m = Z.amax(dim=-1, keepdim=True)
+                e = torch.exp(Z - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+                total = e.sum(dim=-1, keepdim=True)
+                return e / torch.where(total > 0, total, torch.ones_like(total))
+        """),
+        "test05_softmax_hidden",
+    ),
+    (
+        "07_one_head",
+        "ex07_attention",
+        _code("""
+            def attention(Q, K, V, mask=None):
+                S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+                if mask is not None:
+                    S = S.masked_fill(~mask, float("-inf"))
+                A = torch.softmax(S, dim=-1)
+                return A @ V, A
+        """),
+        "test07_attention_hidden",
+    ),
+    (
+        "08_multihead",
+        "ex08_multi_head_attention",
+        _code("""
+            def multi_head_attention(X, W_q, W_k, W_v, W_o, n_heads, causal=False):
+                Q, K, V = (split_heads(X @ W, n_heads) for W in (W_q, W_k, W_v))
+                A = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1)
+                return merge_heads(A @ V) @ W_o
+        """),
+        "test08_multi_head_attention_hidden",
+    ),
+    (
+        "08_multihead",
+        "ex08_grouped_query_attention",
+        _code("""
+            def grouped_query_attention(X, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, causal=False):
+                Q = split_heads(X @ W_q, n_heads)
+                K, V = (split_heads(X @ W, n_kv_heads).repeat_interleave(n_heads // n_kv_heads, dim=-3) for W in (W_k, W_v))
+                S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+                T = S.shape[-1]
+                S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=S.device).tril(), float("-inf"))
+                return merge_heads(torch.softmax(S, dim=-1) @ V) @ W_o
+        """),
+        "test08_grouped_query_attention_hidden",
+    ),
+    (
+        "09_kv_cache",
+        "ex09_kv_cache_bytes",
+        _code("""
+            def kv_cache_bytes(n_layers, n_kv_heads, d_head, n_tokens, batch=1, bytes_per_value=2):
+                return 2 * n_layers * n_kv_heads * d_head * n_tokens * bytes_per_value
+        """),
+        "test09_kv_cache_bytes_hidden",
+    ),
+    (
+        "11_cost",
+        "ex11_online_softmax_stats",
+        _solution_with(
+            "11_cost",
+            "ex11_online_softmax_stats",
+            ('torch.full(Z.shape[:-1], float("-inf"), dtype', "torch.zeros(Z.shape[:-1], dtype"),
+        ),
+        "test11_online_softmax_stats_hidden",
+    ),
+    (
+        "11_cost",
+        "ex11_tiled_attention",
+        _solution_with(
+            "11_cost",
+            "ex11_tiled_attention",
+            ('torch.full((*Q.shape[:-1], 1), float("-inf"), dtype', "torch.zeros((*Q.shape[:-1], 1), dtype"),
+        ),
+        "test11_tiled_attention_hidden",
+    ),
+    (
+        "11_cost",
+        "ex11_tiled_attention",
+        _solution_with(
+            "11_cost",
+            "ex11_tiled_attention",
+            ("factor = torch.exp(m - m_new)", "factor = torch.ones_like(m)"),
+            ("P = torch.exp(S_b - m_new)", "P = torch.exp(S_b)"),
+        ),
+        "test11_tiled_attention_hidden",
+    ),
+]
+NAMED_MISTAKE_IDS = [
+    "scaled_scores: d_k from shape[1]",
+    "score_spread: the generator not used",
+    "softmax: dim ignored",
+    "attention: NaN for a query with no allowed key",
+    "multi_head_attention: causal never masks",
+    "grouped_query_attention: every call masks",
+    "kv_cache_bytes: batch ignored",
+    "online_softmax_stats: max starts at 0",
+    "tiled_attention: max starts at 0",
+    "tiled_attention: max not subtracted",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson, grade_id, source, check", NAMED_MISTAKES, ids=NAMED_MISTAKE_IDS)
+def test_a_named_mistake_that_passed_every_visible_check_fails_one(
+    lesson, grade_id, source, check, monkeypatch
+):
+    """Each of these mistakes is one the lesson names and the hidden check fails, yet every visible check
+    passed it: the lesson's own inputs are 2-D, sort along the last axis, never mask a whole row, never ask
+    for a batch of caches, and keep scores far from -1000 and +1000. The hidden cell's visible part tries
+    each of those now."""
+    nb = _run(lesson, {grade_id: source}, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    name = grade_id.split("_", 1)[1]
+    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
+    assert f"FAILED: this check of `{name}`" in flat, flat
+    assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
