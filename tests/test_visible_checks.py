@@ -649,6 +649,17 @@ def test_a_mask_fixed_at_8_positions_fails_a_visible_check_of_head_forward(monke
 
 # a function right on the batches the visible checks ran (2-D and 3-D) whose axes are hard-coded, so that a
 # 4-D batch fails the hidden check: (lesson, grade id of the answer, its code, the check that now says so)
+def _fails_its_check_and_runs_on(lesson: str, grade_id: str, source: str, check: str, monkeypatch) -> None:
+    """The student notebook with ``source`` for ``grade_id``: ``check`` shows the failure in a box, Run All
+    reaches the summary, which lists the function as failed."""
+    nb = _run(lesson, {grade_id: source}, monkeypatch, grading=None)
+    _ran_to_the_end(lesson, nb)
+    name = grade_id.split("_", 1)[1]
+    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
+    assert f"FAILED: this check of `{name}`" in flat, flat
+    assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+
+
 FIXED_AXES = [
     (
         "08_multihead",
@@ -852,12 +863,7 @@ def test_axes_fixed_for_2_d_and_3_d_fail_a_visible_check_on_a_4_d_batch(
     """The visible checks ran batches of one leading axis at most; these functions lost the hidden check's
     points on a 4-D batch (every tensor exercise's hidden cases have one) while its visible part passed (and,
     but for lessons 07, 09's decode_with_cache and 11, every other visible check too). It runs one now."""
-    nb = _run(lesson, {grade_id: source}, monkeypatch, grading=None)
-    _ran_to_the_end(lesson, nb)
-    name = grade_id.split("_", 1)[1]
-    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
-    assert f"FAILED: this check of `{name}`" in flat, flat
-    assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+    _fails_its_check_and_runs_on(lesson, grade_id, source, check, monkeypatch)
 
 
 # a function with the right numbers that breaks a rule the lesson states: (lesson, answers, the check that
@@ -1367,9 +1373,4 @@ def test_a_named_mistake_that_passed_every_visible_check_fails_one(
     passed it: the lesson's own inputs are 2-D, sort along the last axis, never mask a whole row, never ask
     for a batch of caches, and keep scores far from -1000 and +1000. The hidden cell's visible part tries
     each of those now."""
-    nb = _run(lesson, {grade_id: source}, monkeypatch, grading=None)
-    _ran_to_the_end(lesson, nb)
-    name = grade_id.split("_", 1)[1]
-    flat = " ".join(_stdout(_cell(nb, check)).replace("|", " ").split())
-    assert f"FAILED: this check of `{name}`" in flat, flat
-    assert f"[ ] `{name}`: FAILED: " in _summary(nb), _summary(nb)
+    _fails_its_check_and_runs_on(lesson, grade_id, source, check, monkeypatch)
