@@ -219,6 +219,52 @@ def test_a_canvas_file_name_shaped_like_another_lms_prefix_is_still_the_uploader
     every_file_once(rep, 5)
 
 
+def test_a_moodle_name_never_outweighs_the_user_id_the_lms_gives(tmp_path):
+    """Moodle shows the name its user chose: with a roster, the user id decides, also where the name holds
+    another student's id shaped like Moodle's own suffix."""
+    rep, dest = run(
+        tmp_path,
+        {
+            "John Doe_22345_assignsubmission_file_/05_softmax.ipynb": (nb("john"), NOV),
+            # Jane (user id 12345) renamed herself John Doe, and then John Doe_22345_assignsubmission_file_x
+            "John Doe_12345_assignsubmission_file_/05_softmax.ipynb": (nb("jane renamed"), DEC),
+            "John Doe_22345_assignsubmission_file_x_12345_assignsubmission_file_/05_softmax.ipynb": (
+                nb("jane"),
+                DEC,
+            ),
+        },
+        roster=True,
+    )
+    assert placed(dest, "jdoe") == "john"
+    assert outcome(rep, "John Doe_22345_assignsubmission_file_/05_softmax.ipynb").action == "placed"
+    assert outcome(rep, f"x_12345_assignsubmission_file_/{LESSON}.ipynb").student == "jsmith"
+    assert outcome(rep, f"John Doe_12345_assignsubmission_file_/{LESSON}.ipynb").student == "jsmith"
+    every_file_once(rep, 3)
+
+
+def test_without_a_roster_two_students_of_one_name_share_no_folder(tmp_path):
+    rep, dest = run(
+        tmp_path,
+        {
+            # two students called Jane Smith (Canvas user ids 12345 and 99999)
+            "smithjane_12345_901_05_softmax.ipynb": (nb("jane 1"), NOV),
+            "smithjane_99999_902_05_softmax.ipynb": (nb("jane 2"), DEC),
+            # names without a Latin letter, and one with accents
+            "王伟_55_assignsubmission_file_/05_softmax.ipynb": (nb("wang wei"), NOV),
+            "李娜_56_assignsubmission_file_/05_softmax.ipynb": (nb("li na"), DEC),
+            "José Núñez_57_assignsubmission_file_/05_softmax.ipynb": (nb("jose"), NOV),
+        },
+    )
+    for tail in ("12345_901_05_softmax.ipynb", "99999_902_05_softmax.ipynb"):
+        o = outcome(rep, tail)
+        assert o.action == "unmatched" and "--roster" in o.reason, o
+    assert not (dest / "smithjane").exists()
+    folders = {o.student for o in rep.by("placed")}
+    assert len(folders) == 3 and "jose_nunez" in folders, folders
+    assert sorted(placed(dest, f) for f in folders) == ["jose", "li na", "wang wei"]
+    every_file_once(rep, 5)
+
+
 def test_an_upload_whose_folders_name_no_one_else_is_the_uploaders(tmp_path):
     rep, dest = run(
         tmp_path,

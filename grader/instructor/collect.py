@@ -33,8 +33,11 @@ never placed for either of them.
 
 With a roster (a CSV with any of name, sortable name, first/last name, email,
 login/username, SIS ids, the LMS user id and a student id column), each file
-is matched by the LMS user id, login or name it carries, and must match
-exactly one student; the student id column names the submission folder.
+is matched by the LMS user id, login or name it carries (the user id first: a
+name is what the student chose in the LMS), and must match exactly one student;
+the student id column names the submission folder. Without a roster the folder
+is the name as the LMS writes it (accents dropped); two uploaders whose names
+give one folder (two students called Jane Smith) are not matched: use a roster.
 A file that names no student (``Copy of 03_scaling.ipynb``) is not matched:
 no student is ever made up.
 
@@ -78,6 +81,7 @@ from grader.instructor.students import (
     export_wrappers,
     identify,
     in_export_structure,
+    key,
     lesson_of,
     name_keys,
     names_another,
@@ -156,6 +160,17 @@ def _students_by_key(roster: Roster | None, idents: list[Identity | None]) -> di
     return found
 
 
+def _shared_folders(idents: list[Identity | None]) -> set[str]:
+    """Folders two uploaders of the export would share without a roster: the same name, slugged, for
+    different LMS user ids (two students called Jane Smith) or different names ('José', 'Jose')."""
+    who: dict[str, set[str]] = {}
+    for ident in idents:
+        if ident is not None and ident.student:
+            uploader = ident.keys[0] if ident.layout == "lms" and ident.keys else key(ident.student)
+            who.setdefault(slug(ident.student), set()).add(uploader)
+    return {folder for folder, uploaders in who.items() if len(uploaders) > 1}
+
+
 def collect(
     export: Path,
     roster: Path | None = None,
@@ -178,6 +193,7 @@ def collect(
         for e in entries
     ]
     students = _students_by_key(names, idents)
+    shared = _shared_folders(idents) if names is None else set()
     # timestamp.txt files by the folder they lie in, and whether the export's own folders hold them
     stamps: dict[tuple, tuple[Entry, bool]] = {}
     for e, ident in zip(entries, idents):
@@ -220,6 +236,10 @@ def collect(
             )
             continue
         student = slug(ident.student)
+        if student in shared:
+            why = f"{student}/ would hold the work of more than one student of that name: run collect with --roster"
+            report.outcomes.append(Outcome(entry.source, "unmatched", why, ident.student))
+            continue
         if names is not None:
             sid, why = names.find(ident.keys or name_keys(ident.student))
             if sid is None:

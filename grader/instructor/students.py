@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import csv
 import datetime
+import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -40,7 +42,8 @@ class Identity:
 CANVAS = re.compile(
     r"^(?P<name>[^\W_]+(?:-[^\W_]+)*?)_(?P<late>LATE_)?(?P<uid>\d+)_(?P<sid>\d+)_(?P<file>.+)$"
 )
-MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_\w+?_?$")
+# a folder: the LMS adds "_<id>_assignsubmission_file_" at the end, after a name its user may choose
+MOODLE = re.compile(r"^(?P<name>.+)_(?P<uid>\d+)_assignsubmission_[a-z]+_?$")
 MOODLE_FILE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_(?:file|onlinetext)_(?P<file>.+)$")
 # words that make up a file name without naming anyone ("Copy of 03_scaling", "03_scaling final")
 NOT_A_NAME = {
@@ -89,9 +92,11 @@ ISO_TIME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[T_ -]?(\d{2})[-:]?(\d{2})[-:]?
 
 
 def slug(name: str) -> str:
-    """A folder-safe student id: 'Jane Smith' -> 'jane_smith'."""
-    s = re.sub(r"[^A-Za-z0-9]+", "_", name.strip()).strip("_").lower()
-    return s or "unknown"
+    """A folder-safe student id: 'Jane Smith' -> 'jane_smith', 'José Núñez' -> 'jose_nunez'; a name with
+    no Latin letter or digit ('王伟') -> 'student_' and a digest of it, so two such names share no folder."""
+    latin = unicodedata.normalize("NFKD", name.strip()).encode("ascii", "ignore").decode()
+    s = re.sub(r"[^A-Za-z0-9]+", "_", latin).strip("_").lower()
+    return s or "student_" + hashlib.sha256(name.strip().encode()).hexdigest()[:8]
 
 
 def key(text: str) -> str:
@@ -138,13 +143,13 @@ def lms_name(stem: str, is_file: bool) -> LmsName | None:
     """
     found: list[tuple[int, LmsName]] = []
     if not is_file and (m := MOODLE.match(stem)):
-        found.append((m.end(), LmsName(m["name"], [*name_keys(m["name"]), key(m["uid"])])))
+        found.append((m.end(), LmsName(m["name"], [key(m["uid"]), *name_keys(m["name"])])))
     if m := BLACKBOARD.match(stem):
         when = parse_time(m["ts"])
         found.append((m.end("ts"), LmsName(m["user"], [key(m["user"])], time=when, file=m["file"] or "")))
     if is_file and (m := MOODLE_FILE.match(stem)):
         found.append(
-            (m.start("file"), LmsName(m["name"], [*name_keys(m["name"]), key(m["uid"])], file=m["file"]))
+            (m.start("file"), LmsName(m["name"], [key(m["uid"]), *name_keys(m["name"])], file=m["file"]))
         )
     if m := CANVAS.match(stem):
         named = LmsName(m["name"], [key(m["uid"]), key(m["name"])], late=bool(m["late"]), file=m["file"])
