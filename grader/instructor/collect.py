@@ -36,7 +36,7 @@ login/username, SIS ids, the LMS user id and a student id column), each file
 is matched by the LMS user id, login or name it carries (the user id first: a
 name is what the student chose in the LMS), and must match exactly one student;
 the student id column names the submission folder. Without a roster the folder
-is the name as the LMS writes it (accents dropped); two uploaders whose names
+is the name as the LMS writes it (Latin letters and digits); two uploaders whose names
 give one folder (two students called Jane Smith) are not matched: use a roster.
 A file that names no student (``Copy of 03_scaling.ipynb``) is not matched:
 no student is ever made up.

@@ -13,7 +13,6 @@ import datetime
 import hashlib
 import json
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -92,10 +91,9 @@ ISO_TIME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[T_ -]?(\d{2})[-:]?(\d{2})[-:]?
 
 
 def slug(name: str) -> str:
-    """A folder-safe student id: 'Jane Smith' -> 'jane_smith', 'José Núñez' -> 'jose_nunez'; a name with
-    no Latin letter or digit ('王伟') -> 'student_' and a digest of it, so two such names share no folder."""
-    latin = unicodedata.normalize("NFKD", name.strip()).encode("ascii", "ignore").decode()
-    s = re.sub(r"[^A-Za-z0-9]+", "_", latin).strip("_").lower()
+    """A folder-safe student id: 'Jane Smith' -> 'jane_smith'; a name with no Latin letter or digit
+    ('王伟') -> 'student_' and a digest of it, so that two such names share no folder."""
+    s = re.sub(r"[^A-Za-z0-9]+", "_", name.strip()).strip("_").lower()
     return s or "student_" + hashlib.sha256(name.strip().encode()).hexdigest()[:8]
 
 
