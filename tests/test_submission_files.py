@@ -175,3 +175,20 @@ def test_the_tools_summary_shows_what_a_student_named_on_that_students_own_line(
     assert "\r" not in shown and "\x1b" not in shown, shown
     for student in ("cloak", "right"):
         assert course.gradebook_scores(L1, student)["score"] == 7.0, student
+
+
+def test_a_pipe_for_a_timestamp_stops_no_later_plain_nbgrader_run(work):
+    """Without --force, nbgrader reads a graded submission's timestamp.txt before anything of the course
+    runs for it: a named pipe put there after the first run kept the next one waiting for ever."""
+    first = _run(work, "nbgrader", "autograde", L1, "--force")
+    assert course.gradebook_scores(L1, "right")["score"] == 7.0, first.stderr[-3000:]
+    os.mkfifo(work / "submitted" / "right" / L1 / "timestamp.txt")
+    late = work / "submitted" / "late" / L1
+    late.mkdir(parents=True)
+    (late / f"{L1}.ipynb").write_text(
+        json.dumps(filled(ROOT / "notebooks" / L1 / f"{L1}.ipynb", solution_sources(L1)))
+    )
+    again = _run(work, "timeout", "180", "nbgrader", "autograde", L1)
+    assert again.returncode != 124, "nbgrader waited on the pipe"
+    assert f"right/{L1}/timestamp.txt: a link, a special file" in again.stderr, again.stderr[-3000:]
+    assert course.gradebook_scores(L1, "late")["score"] == 7.0, again.stderr[-3000:]

@@ -26,12 +26,10 @@ def _silence(record: object) -> bool:
 
 
 def record_lessons(argv: list[str] | None = None) -> list[str]:
-    """Before plain ``nbgrader autograde``: record in the gradebook, from solutions/, each lesson it lacks.
-
-    A lesson whose cells changed in solutions/ is recorded again too. nbgrader_config.py calls this,
-    so autograding needs no build step first; any other command (``argv``, default ``sys.argv``)
-    records nothing. Returns the lessons recorded.
-    """
+    """Before plain ``nbgrader autograde`` (``argv``, default ``sys.argv``; else nothing), set aside
+    what ``set_aside`` moves from every submission (without ``--force`` nbgrader reads a graded one's
+    timestamp.txt before its pre-convert hook: a pipe there stopped the run), then record in the gradebook,
+    from solutions/, each lesson it lacks or whose cells changed (no build step first). The ones recorded."""
     argv = sys.argv if argv is None else argv
     program = Path(argv[0]).name if argv else ""
     plain_nbgrader = program == "nbgrader" or (
@@ -39,6 +37,8 @@ def record_lessons(argv: list[str] | None = None) -> list[str]:
     )
     if _recording or not plain_nbgrader or argv[1:2] != ["autograde"]:
         return []
+    for folder in sorted((work_dir() / "submitted").glob("*/*")):
+        set_aside(folder)
     return _record(lessons())
 
 
