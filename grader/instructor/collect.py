@@ -162,7 +162,7 @@ def _students_by_key(roster: Roster | None, idents: list[Identity | None]) -> di
 
 def _shared_folders(idents: list[Identity | None]) -> set[str]:
     """Folders two uploaders of the export would share without a roster: the same name, slugged, for
-    different LMS user ids (two students called Jane Smith) or different names ('José', 'Jose')."""
+    different LMS user ids (two students called Jane Smith) or different names ('José Smith', 'Jos Smith')."""
     who: dict[str, set[str]] = {}
     for ident in idents:
         if ident is not None and ident.student:
