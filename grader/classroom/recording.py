@@ -7,6 +7,7 @@ knows its test cells; nbgrader_config.py calls ``record_lessons`` when it loads 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
@@ -38,17 +39,16 @@ def record_lessons(argv: list[str] | None = None) -> list[str]:
     if _recording or not plain_nbgrader or argv[1:2] != ["autograde"]:
         return []
     for folder in sorted((work_dir() / "submitted").glob("*/*")):
-        set_aside(folder)
+        with contextlib.suppress(OSError):  # the pre-convert hook tries it again, for this one submission
+            set_aside(folder)
     return _record(lessons())
 
 
 def record_before_autograde(assignment: str = "", notebooks: list[str] | tuple = (), **_: object) -> None:
-    """nbgrader's ``Autograde.pre_convert_hook`` (nbgrader_config.py): before a submission is graded --
-    by the command line or by the formgrader's Autograde button, inside the Lab server -- its lesson is
-    recorded in the gradebook from solutions/ if the gradebook lacks it or its cells changed, so the
-    button works on a fresh clone and the formgrader shows the test it grades with. Then what nbgrader
-    would read or copy of the submission through a link, or that is not a small regular file, is set
-    aside (``set_aside``)."""
+    """nbgrader's ``Autograde.pre_convert_hook`` (nbgrader_config.py): before a submission is graded (the
+    command line, or the formgrader's button in the Lab server), its lesson is recorded from solutions/ if
+    the gradebook lacks it or its cells changed (no *Generate* first; the test shown is the one graded),
+    then ``set_aside`` moves what nbgrader would read through a link, or that is no small regular file."""
     if assignment in lessons():
         _record([assignment])
     if notebooks:
