@@ -245,7 +245,7 @@ STILL_OVER: set[str] = set()
 # the watch could not follow in the sandbox flagged for review, 13 lines; the names that reach the
 # watch in the source scan, 1 line). The goal is 6,000; it holds the boundary's cgroups, cover and
 # seccomp filter, and the split into modules of at most 600 lines took 155 lines of docstrings and imports
-ENGINE_LINES = 8383
+ENGINE_LINES = 8382
 
 
 def _lines(path: Path) -> int:

@@ -84,8 +84,9 @@ _exited: dict[int, int] = {}  # exit codes of children that ended (polled by a s
 
 
 def _child_common(req: dict) -> None:
-    """What every child does first: own process group, default signals, quiet stdio."""
-    os.setpgid(0, 0)
+    """What every child does first: own session and process group (Linux schedules a session as one group:
+    a thousand busy processes take one notebook's CPU share, quota or not), default signals, quiet stdio."""
+    os.setsid()  # (the server sets no group first: a group leader cannot make a session)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -437,8 +438,6 @@ def _answer(req: dict, trusted_only: bool, worker: int) -> dict:
             code = 1
         finally:
             os._exit(code)
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)
     _exited.pop(pid, None)  # a pid of this namespace used before
     _children.add(pid)
     _owner[pid] = worker

@@ -51,7 +51,7 @@ def _run_trusted(req: dict) -> None:
     if pid == 0:
         os.close(to_sandbox_w)
         os.close(from_sandbox_r)
-        os.setpgid(0, 0)
+        os.setsid()  # a scheduling group of its own, as every child of a fork server
         fork_server._die_with_parent()
         from grader.classroom import sandbox
 
