@@ -43,11 +43,12 @@ import ctypes, errno, json, os, platform
 libc = ctypes.CDLL(None, use_errno=True)
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
 numbers = {"x86_64": {"ptrace": 101, "open_by_handle_at": 304, "unshare": 272, "mount": 165, "keyctl": 250,
-                      "bpf": 321, "setns": 308},
+                      "bpf": 321, "setns": 308, "open_tree_attr": 467},
            "aarch64": {"ptrace": 117, "open_by_handle_at": 265, "unshare": 97, "mount": 40, "keyctl": 219,
-                       "bpf": 280, "setns": 268}}[platform.machine()]
+                       "bpf": 280, "setns": 268, "open_tree_attr": 467}}[platform.machine()]
 args = {"ptrace": (16, 1, 0, 0), "open_by_handle_at": (3, 0, 0), "unshare": (0x10000000,),
-        "mount": (0, 0, 0, 0, 0), "keyctl": (0, 0), "bpf": (0, 0, 0), "setns": (0, 0)}
+        "mount": (0, 0, 0, 0, 0), "keyctl": (0, 0), "bpf": (0, 0, 0), "setns": (0, 0),
+        "open_tree_attr": (-100, 0, 0, 0, 0)}  # no path: EFAULT (ENOSYS before Linux 6.15) unless refused
 calls = {}
 for name, nr in numbers.items():
     result = libc.syscall(nr, *args[name])

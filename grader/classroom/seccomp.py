@@ -48,6 +48,7 @@ _CALLS = {
     "fspick": (433, 433),
     "move_mount": (429, 429),
     "open_tree": (428, 428),
+    "open_tree_attr": (467, 467),
     "mount_setattr": (442, 442),
     "unshare": (272, 97),
     "setns": (308, 268),
@@ -94,8 +95,7 @@ ARCHES = {
 
 
 def seccomp_filter(machine: str | None = None) -> bytes | None:
-    """The classic-BPF program (``struct sock_filter[]``) of the notebook's seccomp filter, or
-    None on an architecture this module has no numbers for.
+    """The notebook's seccomp filter, a classic-BPF program (``struct sock_filter[]``); None elsewhere.
 
     Every call named in ``_CALLS`` fails with EPERM, as does ``clone`` with a namespace flag and
     ``ioctl(TIOCSTI)``; ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot
