@@ -5,8 +5,9 @@ Where grading is not root, a notebook gets no cgroup of its own and so no CPU qu
 sandbox of the sealed fork server shared the one session bubblewrap makes, and Linux's scheduler shared
 the CPU among their processes one by one: one notebook that started a thousand busy shell loops took over
 99 % of it, a classmate graded beside it "timed out" and another's kernel died. Each process the fork
-server starts for a notebook now leads a session of its own; where Linux schedules sessions as groups
-(autogroup, on by default), a notebook's processes together get one notebook's share.
+server starts for a notebook now leads a session of its own, and student code may make no other (the
+seccomp filter refuses ``setsid``); where Linux schedules sessions as groups (autogroup, on by default),
+a notebook's processes together get one notebook's share.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.classroom import kernels
+from grader.classroom.fork_client import ForkServer
 from tests import test_seal as _seal
 from tests.test_boundary import _tests_as_nobody, _texts
 from tests.test_seal import _run, needs_seal
@@ -33,11 +36,16 @@ def _autogroups() -> bool:
         return False
 
 
-# the kernel's scheduling group, and that of a shell it starts (where a student's busy loops would run)
+# the kernel's scheduling group, that of a program it starts (where a student's busy loops would run), and
+# that of a program it starts in a session of its own (a thousand sessions would be a thousand groups)
 _GROUP = """
 import subprocess
-shell = subprocess.run(["cat", "/proc/self/autogroup"], capture_output=True, text=True).stdout
-print("GROUP", open("/proc/self/autogroup").read().split()[0], shell.split()[0])
+def group(**how):
+    try:
+        return subprocess.run(["cat", "/proc/self/autogroup"], capture_output=True, text=True, **how).stdout.split()[0]
+    except OSError as e:
+        return type(e).__name__
+print("GROUP", open("/proc/self/autogroup").read().split()[0], group(), group(start_new_session=True))
 """
 
 
@@ -45,22 +53,56 @@ print("GROUP", open("/proc/self/autogroup").read().split()[0], shell.split()[0])
 @pytest.mark.skipif(not _autogroups(), reason="Linux does not group scheduling by session here (autogroup)")
 def test_each_notebook_shares_the_cpu_as_one(kernel_settings, sealed_fork_server):
     """Two notebooks' kernels from one sealed server are in scheduling groups of their own, each with
-    the processes it starts."""
+    the processes it starts, which may not make sessions (groups) of their own."""
     groups = []
     for _ in range(2):
         nb = _run([_GROUP], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
-        said = re.search(r"GROUP (\S+) (\S+)", _texts(nb))
+        said = re.search(r"GROUP (\S+) (\S+) (\S+)", _texts(nb))
         assert said, _texts(nb)
-        assert said[1] == said[2], f"a shell the kernel started left its group: {said[0]}"
+        assert said[1] == said[2], f"a program the kernel started left its group: {said[0]}"
+        assert said[3] == "PermissionError", f"a program the kernel started made a session: {said[0]}"
         groups.append(said[1])
     assert groups[0] != groups[1], f"two notebooks share one scheduling group: {groups}"
     assert Path("/proc/self/autogroup").read_text().split()[0] not in groups
 
 
+_REAL_TIME = """
+import os
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    print("REAL TIME", os.sched_getscheduler(0))
+except OSError as e:
+    print("REAL TIME", type(e).__name__)
+"""
+
+
+@needs_seal
+def test_no_notebook_takes_a_real_time_priority(kernel_settings, tmp_path):
+    """Where the grader's user may give its processes a real-time priority (``RLIMIT_RTPRIO``, as a
+    desktop's audio group may), a notebook may not: one busy process of it at such a priority would
+    hold a core against every classmate."""
+    import resource
+
+    saved = resource.getrlimit(resource.RLIMIT_RTPRIO)
+    try:
+        resource.setrlimit(resource.RLIMIT_RTPRIO, (50, 50))
+    except (ValueError, OSError):
+        pytest.skip("this user may not raise its real-time limit (and so neither may its notebooks)")
+    try:
+        server = ForkServer(kernels.kernel_env(None), sealed_area=str(tmp_path))
+        try:
+            nb = _run([_REAL_TIME], tmp_path, kernel_settings, server)
+        finally:
+            server.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_RTPRIO, saved)
+    assert "REAL TIME PermissionError" in _texts(nb), _texts(nb)
+
+
 @needs_seal
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
 def test_the_cpu_shares_hold_where_grading_does_not_run_as_root():
-    """The test above, run again by an ordinary user (nobody), who gets no cgroup and no CPU quota."""
+    """The tests above, run again by an ordinary user (nobody), who gets no cgroup and no CPU quota."""
     code, said = _tests_as_nobody(__file__, 300)
     assert code == 0, said
     assert re.search(r"\b1 passed", said) and "failed" not in said, said

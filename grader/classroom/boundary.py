@@ -459,8 +459,7 @@ def _private_ptys() -> None:
 def _inside(
     root: bool, writable: list[str], alive: int | None, memory: int | None = None, cpus: int = 0
 ) -> None:
-    """In the notebook's PID namespace: its own cgroup, /proc and temporary folders, no privilege,
-    the filter."""
+    """In the notebook's namespaces: own cgroup, /proc and temporary folders, no privilege, the filter."""
     _check(_LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     _join_cgroup(memory, cpus or os.cpu_count() or 1)
     # a /proc of this namespace only; where Linux refuses a new one (a user namespace inside
@@ -495,7 +494,8 @@ def _inside(
             os._exit(70)
         os.close(alive)
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for limit in (resource.RLIMIT_CORE, resource.RLIMIT_RTPRIO):  # no real-time priority: it holds a core
+        resource.setrlimit(limit, (0, 0))
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
     program = seccomp_filter()
     if program is None:

@@ -84,6 +84,7 @@ _CALLS = {
     "inotify_init1": (294, 26),
     "fanotify_init": (300, 262),
     "uselib": (134, None),
+    "setsid": (112, 157),  # each session is a scheduling group (autogroup): a thousand would take the CPU
 }
 _X86_64 = {name: x86 for name, (x86, _) in _CALLS.items()}
 _AARCH64 = {name: arm for name, (_, arm) in _CALLS.items() if arm is not None}
@@ -97,11 +98,10 @@ ARCHES = {
 def seccomp_filter(machine: str | None = None) -> bytes | None:
     """The notebook's seccomp filter, a classic-BPF program (``struct sock_filter[]``); None elsewhere.
 
-    Every call named in ``_CALLS`` fails with EPERM, as does ``clone`` with a namespace flag and
-    ``ioctl(TIOCSTI)``; ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot
-    read; the C library then falls back to ``clone``); ``socket`` and ``socketpair`` of a family
-    or protocol not in ``SOCKETS`` fail with EPERM; calls of another architecture's ABI (x32, i386)
-    fail with EPERM. Everything else is allowed.
+    Every call named in ``_CALLS`` fails with EPERM, as do ``clone`` with a namespace flag, ``ioctl(TIOCSTI)``,
+    ``socket`` and ``socketpair`` of a family or protocol not in ``SOCKETS``, and calls of another ABI (x32,
+    i386); ``clone3`` fails with ENOSYS (its flags live in memory a filter cannot read; the C library then
+    falls back to ``clone``). Everything else is allowed.
     """
     arch = ARCHES.get(machine or platform.machine())
     if arch is None:

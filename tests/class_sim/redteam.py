@@ -49,7 +49,10 @@ BACKGROUND = """
 import subprocess
 import sys
 
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+try:  # in a session of its own where that is not refused
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+except PermissionError:
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 """
 
 NETWORK = """
