@@ -85,9 +85,15 @@ if _box is not None:  # only where the rules are watched outside the kernel's si
 FORK_EXEC = """
 import _posixsubprocess, os
 def _shell(script):
-    r, w = os.pipe()
-    return _posixsubprocess.fork_exec([b"/bin/sh", b"-c", script.encode()], [b"/bin/sh"], True, (), None, None,
-        -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)
+    for setsid in (True, False):  # in a session of its own where that is not refused
+        r, w = os.pipe()
+        pid = _posixsubprocess.fork_exec([b"/bin/sh", b"-c", script.encode()], [b"/bin/sh"], True, (), None, None,
+            -1, -1, -1, -1, -1, -1, r, w, True, setsid, -1, None, None, None, -1, None, False)
+        os.close(w)
+        failed = os.read(r, 200)  # empty once the shell has started; else why the child could not
+        os.close(r)
+        if not failed:
+            return pid
 def _shell_said(script, out, tries):
     import time
     _shell(f"{script}; echo done >> {out}")  # the script writes to out; 'done' once it has ended

@@ -1,4 +1,4 @@
-"""How the CPU is shared between the notebooks a run grades at once, where grading runs as root and
+"""How the CPU (and memory) is shared between the notebooks a run grades at once, where grading runs as root and
 where it does not (the last test runs the other again as an ordinary user).
 
 Where grading is not root, a notebook gets no cgroup of its own and so no CPU quota. Every kernel and
@@ -99,10 +99,30 @@ def test_no_notebook_takes_a_real_time_priority(kernel_settings, tmp_path):
     assert "REAL TIME PermissionError" in _texts(nb), _texts(nb)
 
 
+# a notebook that puts itself last in the OOM killer's line, behind a classmate's kernel
+_OOM_BACK = """
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("0")
+except OSError as e:
+    print("OOM", type(e).__name__)
+print("OOM", open("/proc/self/oom_score_adj").read().strip())
+"""
+
+
+@needs_seal
+def test_no_notebook_leaves_the_front_of_the_oom_killers_line(kernel_settings, sealed_fork_server):
+    """Its kernel is the OOM killer's first and may not set itself back: one that did (grading not as root)
+    made Linux end a classmate's kernel instead of its own, and the classmate lost points."""
+    nb = _run([_OOM_BACK], Path(sealed_fork_server.sealed_area), kernel_settings, sealed_fork_server)
+    said = _texts(nb)
+    assert "OOM PermissionError" in said and "OOM 1000" in said, said
+
+
 @needs_seal
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
 def test_the_cpu_shares_hold_where_grading_does_not_run_as_root():
     """The tests above, run again by an ordinary user (nobody), who gets no cgroup and no CPU quota."""
     code, said = _tests_as_nobody(__file__, 300)
     assert code == 0, said
-    assert re.search(r"\b1 passed", said) and "failed" not in said, said
+    assert re.search(r"\b2 passed", said) and "failed" not in said, said

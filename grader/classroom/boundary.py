@@ -305,8 +305,7 @@ def new_pid_namespace() -> int | None:
 
 
 def restore_pid_namespace() -> None:
-    """In the server, right after it forked into a namespace of ``new_pid_namespace``: its next
-    children are its own again, so nothing else it starts can land in a student's namespace."""
+    """In the server, after a fork into a ``new_pid_namespace``: no later child lands in a student's namespace."""
     if _OWN_PID_NS is not None:
         _LIBC.setns(_OWN_PID_NS, CLONE_NEWPID)
 
@@ -484,7 +483,9 @@ def _inside(
         os.setgroups([])
         os.setresgid(user, user, user)
         os.setresuid(user, user, user)  # every capability goes with uid 0
-    _prctl(PR_SET_DUMPABLE, 1)  # its own /proc files are its own again (its OOM score among them)
+    _prctl(PR_SET_DUMPABLE, 1)  # its /proc files its own, to put it first in the OOM killer's line; then
+    _write("/proc/self/oom_score_adj", "1000")  # root's again: it may not set itself back (what it starts
+    _prctl(PR_SET_DUMPABLE, 0)  # is dumpable again and may, itself only: never its kernel or sandbox)
     _drop_capabilities()
     # the proxy killed: this process, and with it the whole namespace, ends (set only now: a change
     # of user clears it); a proxy already gone shows as the end of the pipe it holds
@@ -494,7 +495,7 @@ def _inside(
             os._exit(70)
         os.close(alive)
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-    for limit in (resource.RLIMIT_CORE, resource.RLIMIT_RTPRIO):  # no real-time priority: it holds a core
+    for limit in (resource.RLIMIT_CORE, resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE):  # no higher priority
         resource.setrlimit(limit, (0, 0))
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
     program = seccomp_filter()
@@ -504,8 +505,7 @@ def _inside(
 
 
 def _leave_with(child: int) -> None:
-    """Wait for ``child`` (reaping any other child meanwhile) and leave with its exit code: killed
-    by a signal, 128 + its number, as a shell says."""
+    """Wait for ``child`` (reaping others) and leave with its exit code (killed by a signal: 128 + its number)."""
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
