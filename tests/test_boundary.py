@@ -333,8 +333,8 @@ except RuntimeError:
 _SPINNERS = r"""
 import os, subprocess, sys
 print("CGROUP FILES", sorted(os.listdir("/sys/fs/cgroup")))
-# four processes that spin for 2 s each in sessions of their own (no scheduler group holds them
-# together), and say how much CPU time they got
+# four processes that spin for 2 s each, in sessions of their own where that is not refused (no
+# scheduler group holds them together), and say how much CPU time they got
 spin = "import os, time\nend = time.monotonic() + 2\nwhile time.monotonic() < end: pass\nt = os.times()\nprint(t.user + t.system)"
 def start():
     try:
@@ -417,9 +417,9 @@ def test_a_process_that_left_the_kernels_group_ends_when_the_kernel_is_killed(
     cwd = area / f"job-{marker}"
     cwd.mkdir()
     loop = f"['sh', '-c', 'while true; do sleep 0.1; done', 'left-{marker}']"
-    cell = (  # in a session of its own where that is not refused
+    cell = (  # in a session of its own where that is not refused, else in a group of its own
         f"import subprocess\ntry:\n    subprocess.Popen({loop}, start_new_session=True)\n"
-        f"except PermissionError:\n    subprocess.Popen({loop})"
+        f"except PermissionError:\n    subprocess.Popen({loop}, process_group=0)"
     )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

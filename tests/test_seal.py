@@ -271,12 +271,12 @@ def test_sealed_kernel_sees_nothing_of_the_course_and_no_network(
 def test_background_process_does_not_outlive_the_notebook(course_like, kernel_settings, sealed_fork_server):
     _, mine = course_like
     marker = f"{600 + int(time.time() * 1000) % 1000}.{os.getpid() % 1000}"  # a sleep nobody else runs
-    start = (  # in a session of its own where that is not refused
+    start = (  # in a session of its own where that is not refused, else in a group of its own
         "import subprocess, time\n"
         "try:\n"
         f"    p = subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
         "except PermissionError:\n"
-        f"    p = subprocess.Popen(['sleep', '{marker}'], stdout=subprocess.DEVNULL)\n"
+        f"    p = subprocess.Popen(['sleep', '{marker}'], stdout=subprocess.DEVNULL, process_group=0)\n"
         "time.sleep(0.2)\n"
         "print('running' if p.poll() is None else 'not running')"
     )

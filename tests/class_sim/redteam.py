@@ -49,10 +49,10 @@ BACKGROUND = """
 import subprocess
 import sys
 
-try:  # in a session of its own where that is not refused
+try:  # in a session of its own where that is not refused, else in a group of its own
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
 except PermissionError:
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
 """
 
 NETWORK = """
