@@ -351,7 +351,20 @@ class ForkServer:
         with self._lock:
             self._ready()
 
+    def _cores(self) -> list[int] | None:
+        """Where a run's workers share the sealed server (each its part of the area, ``part-<i>``), the cores
+        this worker's notebooks run on: a share of the run's that no other worker's notebooks use, so that
+        however many busy processes a notebook starts, they cannot take a classmate's time (cgroup or not)."""
+        area, name = os.path.split(self.sealed_area or "")
+        if not name.startswith("part-") or not name[5:].isdigit():
+            return None
+        parts = sum(n.startswith("part-") for n in os.listdir(area))
+        i, cores = int(name[5:]), sorted(os.sched_getaffinity(0))
+        return cores[i::parts] if parts <= len(cores) else [cores[i % len(cores)]]
+
     def fork(self, role: str, **request: Any) -> ForkedProcess | SealedProcess:
+        if self.sealed:
+            request["cores"] = self._cores()
         if self.sealed and request.get("env") is not None:
             from grader.classroom import seal
 

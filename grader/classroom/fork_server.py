@@ -87,6 +87,8 @@ def _child_common(req: dict) -> None:
     """What every child does first: own session and process group (Linux schedules a session as one group:
     a thousand busy processes take one notebook's CPU share, quota or not), default signals, quiet stdio."""
     os.setsid()  # (the server sets no group first: a group leader cannot make a session)
+    with contextlib.suppress(OSError, ValueError):  # its worker's cores (``ForkServer._cores``), no others
+        os.sched_setaffinity(0, req.get("cores") or os.sched_getaffinity(0))
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -85,6 +85,7 @@ _CALLS = {
     "fanotify_init": (300, 262),
     "uselib": (134, None),
     "setsid": (112, 157),  # each session is a scheduling group (autogroup): a thousand would take the CPU
+    "sched_setaffinity": (203, 122),  # a notebook's cores are its worker's share (fork_server), no more
 }
 _X86_64 = {name: x86 for name, (x86, _) in _CALLS.items()}
 _AARCH64 = {name: arm for name, (_, arm) in _CALLS.items() if arm is not None}
