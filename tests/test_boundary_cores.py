@@ -93,7 +93,8 @@ print("TOOK", round(time.monotonic() - wall, 2))
 @needs_two_cores
 def test_a_notebooks_busy_processes_leave_a_classmate_its_time(kernel_settings, two_workers):
     """A notebook spinning 60 processes beside a classmate's: the classmate's kernel starts and does its
-    half second of work in seconds. (Sharing the CPU process by process, its start alone took 15 s.)"""
+    half second of work in seconds. (Sharing the CPU process by process, as where grading was not root and
+    in a CPU cgroup, it took 41.7 s: until the spinners stopped. The limits leave room for a busy machine.)"""
     spinner, classmate = two_workers
     started = threading.Thread(
         target=_run, args=([_SPINNING], Path(spinner.sealed_area), kernel_settings, spinner), daemon=True
@@ -112,7 +113,7 @@ def test_a_notebooks_busy_processes_leave_a_classmate_its_time(kernel_settings, 
             (job / "stop").touch()
         started.join(60)
     took = re.search(r"TOOK ([0-9.]+)", said)
-    assert took and float(took.group(1)) < 2 and whole < 10, f"{said} (the notebook: {whole:.1f} s)"
+    assert took and float(took.group(1)) < 5 and whole < 20, f"{said} (the notebook: {whole:.1f} s)"
 
 
 def _cpu_cgroup_parent() -> str | None:
@@ -140,6 +141,12 @@ def test_the_cores_hold_where_grading_is_not_root_and_in_a_cpu_cgroup():
     mine = Path(parent) / f"attention-course-test-{os.getpid()}"
     mine.mkdir()
     try:
+        # weighed as much as the rest of the machine: Linux splits a cgroup's weight among the cores by the
+        # load on each, so 60 spinners would leave a classmate's core a sliver of it against the tests
+        # running beside; what is tested is what one notebook takes from another
+        for name, most in (("cpu.shares", "262144"), ("cpu.weight", "10000")):
+            if (mine / name).exists():
+                (mine / name).write_text(most)
         back = _own_cgroup(parent)
         (mine / "cgroup.procs").write_text(str(os.getpid()))  # the tests' processes start in it
         try:
